@@ -33,10 +33,10 @@ class Comm:
             self.log.add(step, comm_s=time.perf_counter() - issued, wire_bytes=wire,
                          predicted_comm_s=predicted, collectives=1)
 
-    def all_reduce(self, tensor: torch.Tensor, step: int = 0) -> torch.Tensor:
-        """Sum `tensor` over the ranks, in place."""
+    def all_reduce(self, tensor: torch.Tensor, step: int = 0, op=dist.ReduceOp.SUM) -> torch.Tensor:
+        """Sum (or `op`) `tensor` over the ranks, in place."""
         issued = time.perf_counter()
-        work = dist.all_reduce(tensor, group=self.group, async_op=True)
+        work = dist.all_reduce(tensor, op=op, group=self.group, async_op=True)
         nbytes = tensor.numel() * tensor.element_size()
         self._finish(step, issued, work, "allreduce", nbytes, allreduce_wire_bytes(nbytes, self.world))
         return tensor

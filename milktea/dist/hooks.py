@@ -19,12 +19,10 @@ import copy
 import fnmatch
 import queue
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
-import torch.distributed as dist
 
 from milktea.dist import families
 from milktea.dist.comm import Comm
@@ -109,6 +107,7 @@ class CompressionState:
         self.step = 0            # backward passes so far (saved and restored)
         self._ddp_steps = 0      # backward passes of this DDP object (buckets settle after the first)
         self.plans: dict[int, BucketPlan] = {}
+        self.decisions: dict[int, dict] = {}   # the auto policy's reasons, per bucket
         self._pending: dict[int, dict] = {}
         self._names = {id(p): n for n, p in model.module.named_parameters()}
         self._device = next(model.module.parameters()).device
@@ -217,7 +216,7 @@ class CompressionState:
                 f"{link}, {len(self.plans)} buckets planned)")
 
 
-def _hook(state: CompressionState, bucket) -> torch.futures.Future:
+def _hook(state, bucket):  # no annotations: DDP checks them, and they are strings here
     return state.hook(bucket)
 
 
@@ -237,10 +236,3 @@ def compress(model, compressor=None, error_feedback: bool = False, **options) ->
     model.register_comm_hook(state, _hook)
     return state
 
-
-def time_block():
-    """perf_counter, for the families' timings."""
-    return time.perf_counter()
-
-
-__all__ = ["CompressionState", "compress", "BucketPlan", "Segment", "dist"]
