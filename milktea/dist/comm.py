@@ -11,6 +11,9 @@ import torch.distributed as dist
 from milktea.dist.link import EmulatedLink, allgather_wire_bytes, allreduce_wire_bytes
 from milktea.dist.stats import StatsLog
 
+# torch >= 2.10 renamed all_gather_into_tensor (the old name warns); older torch lacks the new one
+_all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
 
 class Comm:
     """Collectives on `group` (None: the default group) for one hook state."""
@@ -31,7 +34,7 @@ class Comm:
             self.link.wait_until(end)
         if self.log is not None:
             self.log.add(step, comm_s=time.perf_counter() - issued, wire_bytes=wire,
-                         predicted_comm_s=predicted, collectives=1)
+                         predicted_comm_s=predicted, collectives=1, op=(kind, nbytes))
 
     def all_reduce(self, tensor: torch.Tensor, step: int = 0, op=dist.ReduceOp.SUM) -> torch.Tensor:
         """Sum (or `op`) `tensor` over the ranks, in place."""
@@ -49,7 +52,7 @@ class Comm:
         issued = time.perf_counter()
         size = torch.tensor([payload.numel()], dtype=torch.int64, device=dev)
         sizes = torch.empty(self.world, dtype=torch.int64, device=dev)
-        work = dist.all_gather_into_tensor(sizes, size, group=self.group, async_op=True)
+        work = _all_gather_flat(sizes, size, group=self.group, async_op=True)
         self._finish(step, issued, work, "allgather", 8, allgather_wire_bytes(8, self.world))
         sizes = sizes.tolist()
         width = max(sizes)
@@ -60,6 +63,6 @@ class Comm:
             send[: payload.numel()] = payload
         out = torch.empty(self.world * width, dtype=torch.uint8, device=dev)
         issued = time.perf_counter()
-        work = dist.all_gather_into_tensor(out, send, group=self.group, async_op=True)
+        work = _all_gather_flat(out, send, group=self.group, async_op=True)
         self._finish(step, issued, work, "allgather", width, allgather_wire_bytes(width, self.world))
         return [out[r * width: r * width + n] for r, n in enumerate(sizes)]

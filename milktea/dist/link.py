@@ -72,22 +72,25 @@ class EmulatedLink:
 class _SlowWork:
     """Wraps a torch.distributed Work so that waiting on it also waits for the link."""
 
-    def __init__(self, work, end: float):
-        self._work, self._end = work, end
+    def __init__(self, work, end: float, done=None):
+        self._work, self._end, self._done = work, end, done
+
+    def _finished(self):
+        EmulatedLink.wait_until(self._end)
+        if self._done is not None:
+            self._done()
 
     def wait(self, timeout=None):
         self._work.wait()
-        EmulatedLink.wait_until(self._end)
+        self._finished()
         return True
 
     def is_completed(self) -> bool:
         return self._work.is_completed() and time.perf_counter() >= self._end
 
     def get_future(self):
-        end = self._end
-
         def slow(fut):
-            EmulatedLink.wait_until(end)
+            self._finished()
             return fut.value()
         return self._work.get_future().then(slow)
 
@@ -95,7 +98,8 @@ class _SlowWork:
 @contextlib.contextmanager
 def emulate_torch_collectives(link: EmulatedLink | None, log=None, step=lambda: 0):
     """Inside the block, `torch.distributed.all_reduce` (as PyTorch's fp16 and PowerSGD
-    hooks call it) goes through `link` and is counted in `log` (a StatsLog)."""
+    hooks call it) goes through `link` and is counted in `log` (a StatsLog): bytes, and
+    the time from issue until the result (and the link) is ready."""
     import torch.distributed as dist
     real = dist.all_reduce
 
@@ -106,10 +110,12 @@ def emulate_torch_collectives(link: EmulatedLink | None, log=None, step=lambda: 
         nbytes = tensor.numel() * tensor.element_size()
         predicted = link.predict("allreduce", nbytes, workers) if link is not None else 0.0
         end = link.occupy(issued, predicted) if link is not None else issued
+        s = step()
         if log is not None:
-            log.add(step(), payload_bytes=nbytes, wire_bytes=allreduce_wire_bytes(nbytes, workers),
-                    predicted_comm_s=predicted, collectives=1)
-        slow = _SlowWork(work, end)
+            log.add(s, payload_bytes=nbytes, wire_bytes=allreduce_wire_bytes(nbytes, workers),
+                    predicted_comm_s=predicted, collectives=1, op=("allreduce", nbytes))
+        done = (lambda: log.add(s, comm_s=time.perf_counter() - issued)) if log is not None else None
+        slow = _SlowWork(work, end, done)
         if async_op:
             return slow
         slow.wait()

@@ -21,6 +21,7 @@ class StepStats:
     compress_s / comm_s / decode_s: seconds spent compressing (error feedback included),
       inside collectives (emulated link included), and decoding + averaging.
     predicted_comm_s: the link model's time for the same collectives (0 without a link).
+    ops: every collective as (kind, bytes), to price the step with another link model.
     """
     step: int
     compressed: bool = False
@@ -33,15 +34,22 @@ class StepStats:
     predicted_comm_s: float = 0.0
     collectives: int = 0
     buckets: int = 0
+    ops: list = field(default_factory=list)   # (collective, bytes per rank), in issue order
 
     @property
     def ratio(self) -> float:
         """Compression ratio of this step: dense bytes / payload bytes."""
         return self.dense_bytes / self.payload_bytes if self.payload_bytes else float("nan")
 
+    def predict_comm(self, link, workers: int) -> float:
+        """Seconds these collectives take on `link` (a cost.Link) by the cost model."""
+        from milktea import cost
+        return sum(cost.comm_time(n, workers, link, kind) for kind, n in self.ops)
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["ratio"] = self.ratio
+        d["ops"] = [list(o) for o in self.ops]
         return d
 
     def __repr__(self) -> str:
@@ -76,6 +84,8 @@ class StatsLog:
             for k, v in amounts.items():
                 if k == "compressed":
                     self._current.compressed |= bool(v)
+                elif k == "op":
+                    self._current.ops.append(v)
                 else:
                     setattr(self._current, k, getattr(self._current, k) + v)
 

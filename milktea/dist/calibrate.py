@@ -1,0 +1,57 @@
+"""Calibrate the cost model on the link in use: time dense all-reduces, fit alpha and B.
+
+    link = calibrate_link(emulated=EmulatedLink.gbit(1))   # inside every rank
+    link            # Link(0.98 Gbit/s, 61 us): what the model will use for predictions
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+from milktea import cost
+from milktea.dist.comm import Comm
+from milktea.dist.link import EmulatedLink
+
+DEFAULT_SIZES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
+
+
+def measure_allreduce(sizes=DEFAULT_SIZES, repeats: int = 3, emulated: EmulatedLink | None = None,
+                      group=None, device=None) -> tuple[list[int], list[float]]:
+    """Median seconds of a dense float32 all-reduce of each size (bytes), through `emulated`
+    when given. Call on every rank at the same time."""
+    comm = Comm(group, emulated)
+    device = device or torch.device("cpu")
+    out = []
+    for nbytes in sizes:
+        t = torch.ones(max(1, int(nbytes) // 4), device=device)
+        comm.all_reduce(t)   # warm-up: connections, allocations
+        times = []
+        for _ in range(repeats):
+            dist.barrier(group=group)
+            t0 = time.perf_counter()
+            comm.all_reduce(t)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - t0)
+        # every rank must agree: take the slowest rank's median
+        med = torch.tensor([sorted(times)[len(times) // 2]], dtype=torch.float64)
+        dist.all_reduce(med, op=dist.ReduceOp.MAX, group=group)
+        out.append(float(med))
+    return [int(s) for s in sizes], out
+
+
+def calibrate_link(sizes=DEFAULT_SIZES, repeats: int = 3, emulated: EmulatedLink | None = None,
+                   group=None, device=None) -> "cost.Link":
+    """A cost.Link fitted to dense all-reduces measured on this link (same on every rank)."""
+    sizes, times = measure_allreduce(sizes, repeats, emulated, group, device)
+    N = dist.get_world_size(group)
+    try:
+        return cost.calibrate(sizes, times, N, collective="allreduce")
+    except ValueError:
+        # noisy fast links can make the least-squares latency negative: fall back to the
+        # smallest message for alpha and the largest for B
+        alpha = times[0] / (2 * (N - 1))
+        beta = max(times[-1] - 2 * (N - 1) * alpha, 1e-9) / (2 * (N - 1) / N * sizes[-1])
+        return cost.Link(1.0 / beta, alpha)
