@@ -182,8 +182,16 @@ class CompressionState:
                     self.stats.close_step()
                 fut.set_result(buf)
             except BaseException as e:  # noqa: BLE001 - handed to DDP, raised in backward()
-                self._error = e
-                fut.set_exception(e)
+                self._error = e   # the original exception, for callers who want its type
+                index = plan.index if plan is not None else "?"
+                fut.set_exception(RuntimeError(
+                    f"milktea hook on rank {self.comm.rank}, step {step}, bucket {index}: "
+                    f"{type(e).__name__}: {e}"))
+
+    @property
+    def error(self) -> BaseException | None:
+        """The exception that broke the hook (DDP re-raises it as a RuntimeError), or None."""
+        return self._error
 
     def close(self) -> None:
         """Stop the communication thread (the model then needs a new hook)."""

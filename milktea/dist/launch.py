@@ -217,8 +217,9 @@ def launch(fn: Callable, nprocs: int = 2, args: tuple = (), kwargs: dict | None 
     failure: WorkerError | None = None
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
-        thread_env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-        with _environ(thread_env):
+        # in the environment from the interpreter's start: torch reads some of it at import
+        start_env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **child_env}
+        with _environ(start_env):
             for rank in range(nprocs):
                 parent_end, child_end = ctx.Pipe(duplex=False)
                 p = ctx.Process(target=_worker, args=(rank, nprocs, child_end, cfg),
