@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from milktea.compressors import QSGD, Cast, PowerSGD
+from milktea.compressors import QSGD, Cast, Compressor, PowerSGD, Sparsifier, sparse_decode
 from milktea.compressors.base import from_bytes
 from milktea.feedback import ErrorFeedback
 from milktea.packet import Packet
@@ -117,19 +117,54 @@ def run_dense(state, buf, step) -> None:
     state.stats.add(step, payload_bytes=buf.numel() * buf.element_size())
 
 
+def _compressed_region(plan, buf):
+    """The compressed slices as one flat tensor: a view of the bucket when they are
+    contiguous (the usual case), else a copy (written back by _scatter)."""
+    segs = [s for s in plan.segments if s.compress]
+    start, end = segs[0].offset, segs[-1].offset + segs[-1].numel
+    if end - start == sum(s.numel for s in segs):
+        return buf.narrow(0, start, end - start), None
+    views = [buf.narrow(0, s.offset, s.numel) for s in segs]
+    return torch.cat(views), views
+
+
+def aggregate_into(compressor, packets, out: torch.Tensor, workers: int) -> torch.Tensor:
+    """out = compressor.aggregate(packets) / workers, in place and bit for bit the same, with
+    fewer passes over memory: sparse packets are added into `out` and only the touched
+    entries divided; other packets are decoded straight into `out`."""
+    agg = type(compressor).aggregate
+    if agg is Sparsifier.aggregate:            # TopK, RandomK, Chain
+        out.zero_()
+        touched = []
+        for p in packets:
+            idx, vals = sparse_decode(p)
+            out.index_add_(0, idx, vals.to(out.dtype))
+            touched.append(idx)
+        idx = torch.cat(touched)
+        out[idx] = out[idx] / workers
+    elif agg is Compressor.aggregate:
+        compressor.decompress(packets[0], out=out)
+        for p in packets[1:]:
+            out += compressor.decompress(p)
+        out.div_(workers)
+    else:                                      # a compressor with its own aggregate
+        out.copy_(compressor.aggregate(packets).reshape(-1).to(out.dtype))
+        out.div_(workers)
+    return out
+
+
 def run_gather(state, plan, buf, step) -> None:
-    comp, dense = _split(plan, buf)
-    _dense_part(state, dense, step)
+    _dense_part(state, [buf.narrow(0, s.offset, s.numel) for s in plan.segments if not s.compress], step)
     t0 = time.perf_counter()
-    x = _gather_views(comp)
+    x, views = _compressed_region(plan, buf)
     packet = plan.sender.compress(x)
     payload = packet.to_tensor()
     state.stats.add(step, compress_s=time.perf_counter() - t0, payload_bytes=payload.numel())
     parts = state.comm.all_gather_bytes(payload, step)
     t0 = time.perf_counter()
-    total = state.compressor.aggregate([Packet.from_tensor(p) for p in parts])
-    total = total.reshape(-1).to(buf.dtype).div_(state.world)
-    _scatter(comp, total)
+    aggregate_into(state.compressor, [Packet.from_tensor(p) for p in parts], x, state.world)
+    if views is not None:
+        _scatter(views, x)
     state.stats.add(step, decode_s=time.perf_counter() - t0)
 
 
