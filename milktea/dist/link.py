@@ -39,6 +39,12 @@ class EmulatedLink:
         self._lock = threading.Lock()
         self._free_at = 0.0
 
+    def __getstate__(self):   # picklable (sent to workers); the timeline starts afresh there
+        return {"link": self.link}
+
+    def __setstate__(self, state):
+        self.__init__(state["link"])
+
     @classmethod
     def gbit(cls, gbit_per_s: float, latency: float = 50e-6) -> "EmulatedLink":
         return cls(cost.Link.gbit(gbit_per_s, latency))

@@ -124,7 +124,7 @@ def train(cfg: TrainConfig | dict, model_link=None, on_step=None, link=None) -> 
     x, y = task.shard(rank, world)
     net = task.model().to(device)
     model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None,
-                bucket_cap_mb=cfg.bucket_cap_mb)
+                bucket_cap_mb=cfg.bucket_cap_mb, gradient_as_bucket_view=True)
     handle = schemes.build(cfg.scheme, model, ratio=cfg.ratio, rank=cfg.powersgd_rank, link=link,
                            model_link=model_link, start_step=cfg.start_step, min_size=cfg.min_size)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
