@@ -89,9 +89,14 @@ EXACT = {"topk", "topk-approx", "randomk", "int8", "int4-stochastic", "qsgd", "t
          "topk-int8", "topk-mixed"}
 
 
+# three ranks (an odd N: no exact halving): one compressor of each family
+SPECS3 = [s for s in SPECS if s[0] in ("topk-approx", "randomk", "int4-stochastic", "sign", "topk-int8", "bf16",
+                                       "identity", "powersgd", "topk-mixed")]
+
+
 @pytest.mark.parametrize("workers", [2, 3])
 def test_hook_average_equals_single_process_aggregation(workers):
-    out = launch(w.hooks_vs_reference, workers, args=(SPECS,), timeout=170)
+    out = launch(w.hooks_vs_reference, workers, args=(SPECS if workers == 2 else SPECS3,), timeout=170)
     for label, res in out.items():
         assert res["compressed"] and res["buckets"] >= 2, label
         errs, scale = res["errors"], res["scale"]
@@ -105,8 +110,8 @@ def test_hook_average_equals_single_process_aggregation(workers):
             assert max(errs) <= 2 * workers * ulp * scale, (label, errs, scale)
         else:                # identity (all-reduce), PowerSGD vs the float64 shared-basis reference
             assert max(errs) <= 1e-5 * scale, (label, errs, scale)
-    assert out["topk-mixed"]["dense_segments"] > 0 and out["topk"]["dense_segments"] == 0
-    assert out["topk"]["ratio"] > 5 and out["sign"]["ratio"] > 25 and out["fp16"]["ratio"] == 2.0
+    assert out["topk-mixed"]["dense_segments"] > 0 and out["topk-approx"]["dense_segments"] == 0
+    assert out["topk-approx"]["ratio"] > 5 and out["sign"]["ratio"] > 25 and out["bf16"]["ratio"] == 2.0
 
 
 def test_hook_state_round_trip():

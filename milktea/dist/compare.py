@@ -63,7 +63,7 @@ def _worker(cfg: dict, names: list[str], link_gbit, latency_us: float, calibrate
 
 def compare(names=schemes.COMPARE_DEFAULT, *, workers: int = 2, link_gbit: float | None = 1.0,
             latency_us: float = 50.0, netns_gbit: float | None = None, steps: int = 20,
-            hidden: int = 256, batch: int = 32, lr: float = 0.05, ratio: float = 0.01,
+            hidden: int = 256, batch: int = 32, lr: float = 0.05, momentum: float = 0.9, ratio: float = 0.01,
             powersgd_rank: int = 4, seed: int = 0, bucket_cap_mb: float = 25.0,
             calibrate_sizes=(4 << 10, 64 << 10, 1 << 20, 8 << 20), profile_steps: int = 3,
             progress: bool = True, timeout: float | None = None) -> Comparison:
@@ -78,7 +78,8 @@ def compare(names=schemes.COMPARE_DEFAULT, *, workers: int = 2, link_gbit: float
             raise ValueError(f"unknown scheme {n!r}; choose from {', '.join(schemes.SCHEMES)}")
     if netns_gbit is not None and link_gbit is not None:
         raise ValueError("choose link_gbit (emulated) or netns_gbit (shaped namespaces), not both")
-    cfg = dict(steps=steps, hidden=hidden, batch=batch, lr=lr, ratio=ratio, powersgd_rank=powersgd_rank,
+    cfg = dict(steps=steps, hidden=hidden, batch=batch, lr=lr, momentum=momentum, ratio=ratio,
+               powersgd_rank=powersgd_rank,
                seed=seed, bucket_cap_mb=bucket_cap_mb)
     from milktea.dist.train import TrainConfig
     TrainConfig(**cfg)   # check the settings here, before any worker starts
@@ -142,6 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hidden", type=int, default=256, help="MLP width; 337000 gives ~25M parameters")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--ratio", type=float, default=0.01)
     ap.add_argument("--powersgd-rank", type=int, default=4)
     ap.add_argument("--bucket-cap-mb", type=float, default=25.0)
@@ -152,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     link = None if (a.loopback or a.netns is not None) else a.link
     res = compare([s.strip() for s in a.schemes.split(",") if s.strip()], workers=a.workers,
                   link_gbit=link, latency_us=a.latency_us, netns_gbit=a.netns, steps=a.steps,
-                  hidden=a.hidden, batch=a.batch, lr=a.lr, ratio=a.ratio, powersgd_rank=a.powersgd_rank,
+                  hidden=a.hidden, batch=a.batch, lr=a.lr, momentum=a.momentum, ratio=a.ratio, powersgd_rank=a.powersgd_rank,
                   bucket_cap_mb=a.bucket_cap_mb, progress=not a.no_progress)
     print(res.table())
     paths = res.save(a.out, plots=not a.no_plots)

@@ -11,7 +11,7 @@ LOCAL_RANK are set as torchrun would set them, and the thread count is cores // 
 
 If a rank raises, the others are stopped at once and the parent raises `WorkerError`
 naming that rank, with its traceback. No worker is left running.
-From the shell:  python -m milktea.dist.launch -n 2 milktea.dist.examples:allreduce_sum
+From the shell:  python -m milktea.dist -n 2 milktea.dist.examples:allreduce_sum
 """
 from __future__ import annotations
 
@@ -292,7 +292,7 @@ def _load(spec: str) -> Callable:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m milktea.dist.launch", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m milktea.dist", description=__doc__.split("\n")[0])
     ap.add_argument("function", help="package.module:function to run on every rank")
     ap.add_argument("-n", "--nproc", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])

@@ -97,6 +97,14 @@ class Comparison:
                          f"{r['payload_mb']:>10.3f}{r['ratio']:>7.1f}x{r['predicted_ms']:>10.1f}"
                          f"{100 * r['model_error']:>+9.1f}%{r['codec_ms']:>9.1f}{r['train_loss']:>8.3f}"
                          f"{100 * r['accuracy']:>8.2f}%")
+        for res in self.results:
+            if res.get("decisions"):
+                d = res["decisions"]
+                why = "; ".join(f"bucket {x['bucket']}: {x['decision']} (dense {1e3 * x['dense_s']:.1f} ms vs "
+                                f"codec {1e3 * x['codec_s']:.1f} + link {1e3 * x['compressed_comm_s']:.1f} ms)"
+                                for x in d)
+                notes.append(f"{res['label']} compressed {sum(x['decision'] == 'compress' for x in d)} of "
+                             f"{len(d)} buckets: {why}")
         lines.append("")
         lines.append("MB/step: what one worker hands to collectives per step; model: the calibrated cost "
                      "model for the collectives each scheme issued, plus the measured compute and codec time.")

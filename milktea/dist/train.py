@@ -164,6 +164,7 @@ def train(cfg: TrainConfig | dict, model_link=None, on_step=None, link=None) -> 
     return {"config": asdict(cfg), "scheme": cfg.scheme, "label": handle.label, "workers": world,
             "params": sum(p.numel() for p in net.parameters()), "final": final,
             "stats": handle.stats.mean(skip=min(cfg.start_step + 1, max(0, len(records) - 1))),
+            "decisions": sorted(getattr(handle.state, "decisions", {}).values(), key=lambda d: d["bucket"]),
             "records": records}
 
 
