@@ -187,18 +187,17 @@ def run_allreduce(state, plan, buf, step) -> None:
 
 
 def run_powersgd(state, plan, buf, step) -> None:
-    comp, dense = _split(plan, buf)
-    _dense_part(state, dense, step)
+    _dense_part(state, [buf.narrow(0, s.offset, s.numel) for s in plan.segments if not s.compress], step)
+    comp = [s for s in plan.segments if s.compress]
     if not comp:
         return
     t0 = time.perf_counter()
-    shapes = [s.shape for s in plan.segments if s.compress]
-    mats = [v.view(sh[0], -1).float() for v, sh in zip(comp, shapes)]
+    views = [buf.narrow(0, s.offset, s.numel).view(s.shape[0], -1) for s in comp]
+    mats = [v.float() for v in views]          # the bucket itself when it is float32
     if state.error_feedback:
         for j, m in enumerate(mats):
-            if plan.residuals[j] is None:
-                plan.residuals[j] = torch.zeros_like(m)
-            m.add_(plan.residuals[j])   # m may alias the bucket: it is overwritten below
+            if plan.residuals[j] is not None:
+                m.add_(plan.residuals[j])       # m may alias the bucket: it is overwritten below
     ps_ = [ps.project(m) for ps, m in zip(plan.powersgd, mats)]
     P = torch.cat([p.reshape(-1) for p in ps_])
     state.stats.add(step, compress_s=time.perf_counter() - t0, payload_bytes=P.numel() * 4)
@@ -206,12 +205,13 @@ def run_powersgd(state, plan, buf, step) -> None:
     t0 = time.perf_counter()
     qs, off = [], 0
     for j, (ps, m, p) in enumerate(zip(plan.powersgd, mats, ps_)):
-        p = P[off: off + p.numel()].view_as(p)
+        p = ps_[j] = P[off: off + p.numel()].view_as(p)
         off += p.numel()
-        ps_[j] = p
         q = ps.finish(m, p)
-        if state.error_feedback:   # the ledger keeps what this rank's own P Q^T missed
-            plan.residuals[j] = m - ps.expand(p, q)
+        if state.error_feedback:   # the ledger keeps what this rank's own P Q^T missed: m - P q^T
+            if plan.residuals[j] is None:
+                plan.residuals[j] = torch.empty_like(m)
+            torch.addmm(m, p, q.t(), alpha=-1, out=plan.residuals[j])
         qs.append(q)
     Q = torch.cat([q.reshape(-1) for q in qs])
     state.stats.add(step, compress_s=time.perf_counter() - t0, payload_bytes=Q.numel() * 4)
@@ -219,12 +219,15 @@ def run_powersgd(state, plan, buf, step) -> None:
     t0 = time.perf_counter()
     Q.div_(state.world)
     off = 0
-    for ps, m, p, q, view in zip(plan.powersgd, mats, ps_, qs, comp):
+    for ps, p, q, view in zip(plan.powersgd, ps_, qs, views):
         q = Q[off: off + q.numel()].view_as(q)
         off += q.numel()
         if ps.warm_start:
             ps.q = q.clone()   # every rank starts the next step from the same averaged Q
-        view.copy_(ps.expand(p, q).reshape(-1))
+        if view.dtype == torch.float32:
+            torch.mm(p, q.t(), out=view)   # P Q^T straight into the bucket
+        else:
+            view.copy_(ps.expand(p, q))
     state.stats.add(step, decode_s=time.perf_counter() - t0)
 
 
