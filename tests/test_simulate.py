@@ -245,3 +245,12 @@ def test_collective_for_the_real_compressors():
     assert collective_for(TopK(ratio=0.01)) == "allgather"
     assert collective_for(Quantize(bits=8)) == "allgather"
     assert collective_for(ErrorFeedback(TopK(ratio=0.01))) == "allgather"
+
+
+def test_a_ready_made_ledger_is_copied_per_worker():
+    from milktea.feedback import DGC
+    task = Digits()
+    dgc = DGC(ratio=0.01, momentum=0.9)
+    hist = simulate(task, dgc, workers=8, steps=100, lr=0.05, eval_every=100, **RUN)
+    assert hist.scheme == dgc.name and dgc.steps == 0      # the original ledger is untouched
+    assert hist.final("accuracy") > 0.85 and hist.ratio > 30
