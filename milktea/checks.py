@@ -30,9 +30,9 @@ def check_grad(t, name: str = "tensor", nonfinite: str = "raise") -> torch.Tenso
     if nonfinite not in NONFINITE_POLICIES:
         raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
     if nonfinite != "ignore":
-        # one fused reduction: a sum is finite iff every element is (barring overflow,
-        # which we re-check exactly before raising).
-        s = t.sum(dtype=torch.float64) if t.dtype != torch.float64 else t.sum()
+        # One fast reduction: NaN/Inf make the sum non-finite. A sum of finite values
+        # can overflow too, so a non-finite sum is only a hint, checked exactly below.
+        s = t.sum() if t.dtype in (torch.float32, torch.float64) else t.sum(dtype=torch.float32)
         if not torch.isfinite(s):
             bad = ~torch.isfinite(t)
             nbad = int(bad.sum())

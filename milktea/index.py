@@ -32,11 +32,13 @@ def _gaps(indices: torch.Tensor) -> torch.Tensor:
     return indices - prev - 1
 
 
+_VARINT_LIMITS = [1 << (7 * j) for j in range(1, 5)]
+
+
 def _varint_lengths(g: torch.Tensor) -> torch.Tensor:
-    n = torch.ones_like(g)
-    for j in range(1, 5):
-        n += (g >= (1 << (7 * j))).long()
-    return n
+    """LEB128 length of each gap: 1 byte below 2**7, 2 below 2**14, ..."""
+    limits = torch.tensor(_VARINT_LIMITS, dtype=g.dtype, device=g.device)
+    return torch.bucketize(g, limits, right=True) + 1
 
 
 def sizes(indices: torch.Tensor, numel: int) -> dict[str, int]:

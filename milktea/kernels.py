@@ -70,6 +70,13 @@ if HAVE_NUMBA:
                 out[i] = np.float32(codes[i]) * sc - off
 
     @njit(parallel=True, fastmath=True, cache=True, nogil=True)
+    def _nb_l1(x):  # pragma: no cover - compiled
+        s = 0.0
+        for i in prange(x.size):
+            s += abs(x[i])
+        return s
+
+    @njit(parallel=True, fastmath=True, cache=True, nogil=True)
     def _nb_sign_pack(bits32, out):  # pragma: no cover - compiled
         # bits32: the float32 gradient viewed as uint32; bit 31 is the sign.
         nb = out.size
@@ -95,6 +102,24 @@ if HAVE_NUMBA:
             base = b * 8
             for j in range(min(8, n - base)):
                 out[base + j] = scale - two * np.float32((v >> j) & 1)
+
+
+    @njit(parallel=True, fastmath=True, cache=True, nogil=True)
+    def _nb_count_above(x, t, block, counts):  # pragma: no cover - compiled
+        for b in prange(counts.size):
+            c = 0
+            for i in range(b * block, min((b + 1) * block, x.size)):
+                c += abs(x[i]) >= t
+            counts[b] = c
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _nb_fill_above(x, t, block, starts, out):  # pragma: no cover - compiled
+        for b in prange(starts.size):
+            j = starts[b]
+            for i in range(b * block, min((b + 1) * block, x.size)):
+                if abs(x[i]) >= t:
+                    out[j] = i
+                    j += 1
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -170,3 +195,27 @@ def sign_unpack(packed: torch.Tensor, scale: float, out: torch.Tensor) -> torch.
     bits = unpack(packed, 1, n)
     torch.sub(torch.tensor(scale, dtype=out.dtype, device=out.device), bits, alpha=2 * scale, out=out)
     return out
+
+
+def above_threshold(x: torch.Tensor, t: float) -> torch.Tensor:
+    """Sorted int64 positions where |x| >= t (flat x), without a full-size temporary."""
+    if use_numba(x) and x.dtype in (torch.float32, torch.float64):
+        _sync_threads()
+        xn = _np(x)
+        block = 1 << 16
+        counts = np.empty((x.numel() + block - 1) // block, dtype=np.int64)
+        _nb_count_above(xn, xn.dtype.type(t), block, counts)
+        starts = np.zeros_like(counts)
+        np.cumsum(counts[:-1], out=starts[1:])
+        out = torch.empty(int(counts.sum()), dtype=torch.int64)
+        _nb_fill_above(xn, xn.dtype.type(t), block, starts, _np(out))
+        return out
+    return (x.abs() >= t).nonzero().reshape(-1)
+
+
+def l1_norm(x: torch.Tensor) -> float:
+    """sum |x| of a flat float32 tensor."""
+    if use_numba(x):
+        _sync_threads()
+        return float(_nb_l1(_np(x)))
+    return float(torch.linalg.vector_norm(x, 1))

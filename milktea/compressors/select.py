@@ -16,26 +16,10 @@ import math
 
 import torch
 
+from .. import kernels
+
 SMALL = 1 << 15          # below this many elements, select directly
 TARGET_HITS = 4096       # sample elements expected above the threshold
-
-
-class Workspace:
-    """Reusable buffers, so that selection allocates nothing full-size per call."""
-
-    def __init__(self):
-        self._bufs: dict = {}
-
-    def get(self, name: str, numel: int, dtype, device) -> torch.Tensor:
-        key = (name, dtype, torch.device(device))
-        buf = self._bufs.get(key)
-        if buf is None or buf.numel() < numel:
-            buf = torch.empty(numel, dtype=dtype, device=device)
-            self._bufs[key] = buf
-        return buf[:numel]
-
-    def __getstate__(self):      # buffers are a cache: never pickle or deepcopy them
-        return {"_bufs": {}}
 
 
 def _kth_largest_sorted_indices(a: torch.Tensor, k: int) -> torch.Tensor:
@@ -47,46 +31,46 @@ def _kth_largest_sorted_indices(a: torch.Tensor, k: int) -> torch.Tensor:
         v = torch.topk(a, k, sorted=True).values[-1]
     else:
         v = torch.kthvalue(a, n - k + 1).values
-    gt = (a > v).nonzero().reshape(-1)
-    eq = (a == v).nonzero().reshape(-1)[: k - gt.numel()]
-    return torch.cat([gt, eq]).sort().values
+    gt = a > v
+    eq = a == v
+    # keep everything above the k-th value, then the first (k - #above) ties in index order
+    need = k - int(gt.sum())
+    keep = gt | (eq & (torch.cumsum(eq, 0) <= need))
+    return keep.nonzero().reshape(-1)
 
 
-def _sample_threshold(a: torch.Tensor, expect: float, gen: torch.Generator) -> torch.Tensor | None:
-    """A threshold t with about `expect` entries of a above it, from a sample (None: too few)."""
-    n = a.numel()
+def _sample_threshold(flat: torch.Tensor, expect: float, gen: torch.Generator) -> float | None:
+    """A threshold t with about `expect` entries of |flat| above it, from a sample (None: too few)."""
+    n = flat.numel()
     m = int(min(n, max(65536, TARGET_HITS * n / max(expect, 1.0))))
     if m >= n // 2:
         return None
-    idx = torch.randint(n, (m,), generator=gen, device="cpu").to(a.device)
-    s = a[idx]
+    idx = torch.randint(n, (m,), generator=gen, device="cpu").to(flat.device)
+    s = flat[idx].abs().float().cpu()
     above = min(m - 1, max(0, int(round(expect * m / n))))
-    return torch.kthvalue(s.float().cpu() if s.device.type != "cpu" else s, m - above).values.to(a.device)
+    return float(torch.kthvalue(s, m - above).values)
 
 
 def select_topk(flat: torch.Tensor, k: int, *, approximate: bool = False, tolerance: float = 0.05,
-                gen: torch.Generator | None = None, ws: Workspace | None = None) -> torch.Tensor:
+                gen: torch.Generator | None = None) -> torch.Tensor:
     """Sorted int64 indices of the top-k |flat| (exactly k; or within tolerance if approximate)."""
     n = flat.numel()
     if k >= n:
         return torch.arange(n, device=flat.device)
-    ws = ws or Workspace()
-    gen = gen or torch.Generator().manual_seed(0)
-    a = torch.abs(flat, out=ws.get("abs", n, flat.dtype, flat.device))
     if n <= SMALL:
-        return _kth_largest_sorted_indices(a, k)
-    mask = ws.get("mask", n, torch.bool, flat.device)
+        return _kth_largest_sorted_indices(flat.abs(), k)
+    gen = gen or torch.Generator().manual_seed(0)
     slack = 4.0 * math.sqrt(k)  # a few standard deviations of the count
     expect = k + slack if approximate else 1.1 * k + slack
     for attempt in range(3):
-        t = _sample_threshold(a, expect, gen)
+        t = _sample_threshold(flat, expect, gen)
         if t is None:
             break
-        cand = torch.ge(a, t, out=mask).nonzero().reshape(-1)
+        cand = kernels.above_threshold(flat, t)
         c = cand.numel()
         if approximate and abs(c - k) <= tolerance * k:
             return cand
         if c >= k:
-            return cand[_kth_largest_sorted_indices(a[cand], k)]
+            return cand[_kth_largest_sorted_indices(flat[cand].abs(), k)]
         expect *= 2.0 * k / max(c, 1)   # too few above t: aim lower and try again
-    return _kth_largest_sorted_indices(a, k)
+    return _kth_largest_sorted_indices(flat.abs(), k)

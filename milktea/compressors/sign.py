@@ -27,7 +27,7 @@ class Sign(Compressor):
 
     def _compress(self, t):
         x = flat_float32(t)
-        scale = (torch.linalg.vector_norm(x, 1) / x.numel()).reshape(1).float()
+        scale = torch.tensor([kernels.l1_norm(x) / x.numel()], dtype=torch.float32, device=x.device)
         return Packet("sign", tuple(t.shape), t.dtype, (), (kernels.sign_pack(x), to_bytes(scale)))
 
 

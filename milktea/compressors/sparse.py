@@ -12,7 +12,7 @@ from .. import index as index_codec
 from ..checks import check_choice, check_positive_int, resolve_k
 from ..packet import Packet, register_decoder
 from .base import Compressor, from_bytes, output, to_bytes
-from .select import Workspace, select_topk
+from .select import select_topk
 
 ENCODING_IDS = {name: i for i, name in enumerate(index_codec.ENCODINGS)}
 
@@ -97,7 +97,6 @@ class TopK(Sparsifier):
         self.approximate, self.tolerance, self.seed = bool(approximate), tolerance, seed
         self.index = check_choice(index, ("auto",) + index_codec.ENCODINGS, "index")
         self._gen = torch.Generator().manual_seed(seed)
-        self._ws = Workspace()
 
     def _repr_args(self):
         args = super()._repr_args()
@@ -113,7 +112,7 @@ class TopK(Sparsifier):
 
     def select(self, flat):
         return select_topk(_selection_view(flat), self.k_for(flat.numel()), approximate=self.approximate,
-                           tolerance=self.tolerance, gen=self._gen, ws=self._ws)
+                           tolerance=self.tolerance, gen=self._gen)
 
     def _compress(self, t):
         idx, vals = self.sparse_parts(t)
