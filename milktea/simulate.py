@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch.func import functional_call, grad, vmap
 
+from .device import pick_device
 from .tasks import Digits, Quadratic, Task
 
 
@@ -134,14 +135,6 @@ def _check(task, compressor, workers, steps, lr, batch, momentum, seed, eval_eve
         raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
 
 
-def _default_device() -> torch.device:
-    try:
-        from .device import pick_device
-    except ImportError:                         # the helper is optional here: same rule inline
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(pick_device())
-
-
 def _stack_shards(shards, device):
     """Pad the per-worker shards to one [W, L, ...] tensor plus a [W, L] validity mask."""
     L = max(len(y) for _, y in shards)
@@ -225,7 +218,7 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
     """
     _check(task, compressor, workers, steps, lr, batch, momentum, seed, eval_every)
     from tqdm.auto import tqdm
-    device = _default_device() if device is None else torch.device(device)
+    device = pick_device() if device is None else torch.device(device)
 
     model = task.model().to(device)
     named = list(model.named_parameters())
