@@ -60,7 +60,7 @@ def test_equal_shards_average_is_the_full_batch_gradient():
 
 def test_quadratic_dense_is_closed_form():
     # w_t = w* (1 - (1 - lr)^t): the seed's dense baseline
-    task = Quadratic(1000, seed=42)
+    task = Quadratic(1000, seed=42, dtype=torch.float64)
     hist = simulate(task, workers=4, steps=60, lr=0.1, eval_every=20, **RUN)
     norm = task.optimal.norm().item()
     assert hist.eval_steps == [0, 20, 40, 60]
@@ -160,7 +160,7 @@ def test_bytes_are_the_packets_real_bytes(per_layer):
 
 
 def test_identity_bytes_include_the_header():
-    hist = simulate(Quadratic(1000, dtype=torch.float32), Identity(), workers=2, steps=3, **RUN)
+    hist = simulate(Quadratic(1000), Identity(), workers=2, steps=3, **RUN)
     packet = Identity().compress(torch.zeros(1000))
     assert hist.bytes_sent == [[packet.nbytes] * 2] * 3
     assert packet.nbytes > 4000 and hist.ratio == pytest.approx(4000 / packet.nbytes)
@@ -182,7 +182,7 @@ def test_error_feedback_rescues_top_k_on_digits(seed):
 
 def test_each_worker_has_its_own_ledger():
     # one worker's gradient is zero on the quadratic only if its data equal w: use noisy data
-    task = Quadratic(200, seed=0, noise=1.0, samples=3)
+    task = Quadratic(200, seed=0, noise=1.0, samples=3, dtype=torch.float64)
     a = simulate(task, TopK(k=5), workers=3, steps=4, batch=None, **RUN)
     # rebuild by hand: three ledgers fed the three workers' own gradients
     ledgers = [ErrorFeedback(TopK(k=5)) for _ in range(3)]
