@@ -36,13 +36,17 @@ def find_solutions(notebook: str, chapter: str) -> str:
 def format_result(res: NotebookResult, hidden: bool = False, width: int = 60) -> str:
     """The per-task table with the reasons, in a learner's words."""
     lines = []
+    shared = len({tuple(t.lines) for t in res.tasks}) == 1 and res.tasks and res.tasks[0].lines \
+        and res.tasks[0].kind in ("malformed", "not_submitted", "missing")
     for t in res.tasks:
         head = f"{t.id} {t.title} "
         score = f"{t.score:g}/{t.points:g}"
         status = "" if not t.kind else f"  {WORDS.get(t.kind, t.kind)}"
         lines.append(f"  {head}{'.' * max(2, width - len(head))} {score:>7}{status}")
-        for msg in t.lines:
+        for msg in ([] if shared else t.lines):
             lines += ["       " + m for m in msg.split("\n")]
+    if shared:
+        lines += ["  " + m for m in res.tasks[0].lines]
     lines += [f"  note: {n}" for n in res.notes]
     if res.output.strip() and any(t.kind in ("crash", "timeout", "memory") for t in res.tasks):
         tail = res.output.strip().splitlines()[-6:]

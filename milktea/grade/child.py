@@ -67,8 +67,8 @@ def encode(value, depth=0):
         if not all(isinstance(k, str) for k in value):
             raise TypeError("a dict with non-string keys cannot be graded")
         return {"__map__": {k: encode(v, depth + 1) for k, v in value.items()}}
-    raise TypeError(f"a {type(value).__name__} cannot be graded: return numbers, numpy arrays, "
-                    "lists or tuples")
+    raise TypeError(f"a value of type {type(value).__name__} cannot be graded: return numbers, "
+                    "numpy arrays, lists or tuples")
 
 
 def decode(data, depth=0, budget=None):
@@ -179,8 +179,10 @@ def install_hook(tmp, deny):
                     refuse(f"change files outside its temporary directory ({event} {a!r})")
         elif event == "import":
             name = args[0]
-            if name == "milktea" or name.startswith("milktea.") or name == "_posixsubprocess":
+            if name == "milktea" or name.startswith("milktea."):
                 refuse(f"import {name}: write the idea with numpy or torch yourself")
+            if name == "_posixsubprocess":
+                refuse("start other processes (subprocess)")
         elif event == "os.kill":
             if args[0] != getpid():
                 refuse("send signals to other processes")
@@ -289,6 +291,7 @@ def main():
         except BaseException as exc:   # SystemExit and KeyboardInterrupt included
             kind, msg, where = describe_error(exc, cell_names)
             error = {"kind": kind, "message": msg, "where": where}
+        restore(snap)
         send(ev="cell_done", key=cell["key"], error=error)
 
     for task in job["tasks"]:
@@ -307,11 +310,12 @@ def main():
                 kwargs = decode(case["kwargs"]) if case.get("kwargs") else {}
                 value = fn(*args, **kwargs)
             except BaseException as exc:   # SystemExit and KeyboardInterrupt included
+                restore(snap)
                 kind, msg, where = describe_error(exc, cell_names)
                 send(ev="result", task=task["id"], i=i, ok=False, kind=kind, message=msg, where=where,
                      seconds=clock() - t0)
-                restore(snap)
                 continue
+            restore(snap)   # before encoding: a patch made during the call can't touch the reply
             seconds = clock() - t0
             try:
                 out = encode(value)

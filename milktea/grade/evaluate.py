@@ -76,7 +76,7 @@ class NotebookResult:
 
 def failed_all(chapter: Chapter, path: str, kind: str, message: str) -> NotebookResult:
     """Every task of the chapter scores 0 for the same reason (unreadable, not submitted)."""
-    res = NotebookResult(chapter.name, path, notes=[message])
+    res = NotebookResult(chapter.name, path)
     for p in chapter.tasks:
         res.tasks.append(TaskResult(p.task.id, p.task.function, p.task.title, p.task.points,
                                     total=len(p.cases), public_total=p.public, kind=kind, lines=[message]))
@@ -126,7 +126,7 @@ def _task_result(p, run, cell_key, labels, limits) -> TaskResult:
             r.lines.append(f"no cell tagged 'task:{t.id}' and no function named {t.function}: keep the name "
                            f"and the tags (graded, task:{t.id}) of its cell")
         elif cell_err:
-            r.kind = cell_err["kind"] if cell_err["kind"] in ("syntax", "timeout", "crash", "memory") else "missing"
+            r.kind = cell_err["kind"]
             r.lines.append(f"{labels[cell_key]} could not run, so {t.function} was never defined: "
                            f"{_error_text(cell_err, limits)}")
         else:
@@ -137,7 +137,7 @@ def _task_result(p, run, cell_key, labels, limits) -> TaskResult:
     if cell_err:
         r.lines.append(f"note: {labels[cell_key]} raised an error when run: {_error_text(cell_err, limits)}")
     outcomes = run.outcomes.get(t.id, [])
-    hidden_failed, shown, more = 0, 0, 0
+    hidden_failed, shown, more, repeats, skipped, seen = 0, 0, 0, 0, 0, set()
     for i, case in enumerate(p.cases):
         o = outcomes[i] if i < len(outcomes) else sandbox.Outcome(False, kind="crash", message="was not run")
         problem = _compare(t, p.expected[i], o.value, case.args) if o.ok else None
@@ -146,24 +146,30 @@ def _task_result(p, run, cell_key, labels, limits) -> TaskResult:
             r.public_passed += i < p.public
             continue
         kind = "wrong" if o.ok else o.kind
-        if not r.kind:
-            r.kind = kind
+        r.kind = r.kind or kind
         if i >= p.public:
             hidden_failed += 1
+        elif kind == "skipped":
+            skipped += 1
         elif kind == "not_implemented":
-            if shown == 0:
-                r.lines.append(f"replace the `raise NotImplementedError` line in "
-                               f"{labels[cell_key]} with your code")
-                shown = SHOWN
-            continue
+            if not seen:
+                r.lines.append(f"replace the `raise NotImplementedError` line in {labels[cell_key]} with your code")
+            seen.add(kind)
+        elif not o.ok and (o.kind, o.message) in seen:
+            repeats += 1
         elif shown < SHOWN:
             shown += 1
+            seen.add((o.kind, o.message))
             r.lines.append(_case_text(t, case, problem, o, limits))
         else:
             more += 1
+    if repeats:
+        r.lines.append(f"(the same error on {repeats} more public case{'s' if repeats > 1 else ''})")
     if more:
         r.lines.append(f"... and {more} more public case{'s' if more > 1 else ''} failed")
-    if hidden_failed:
+    if skipped:
+        r.lines.append(f"{skipped} more public case{'s were' if skipped > 1 else ' was'} not run after that")
+    if hidden_failed and r.kind != "not_implemented":
         r.lines.append(f"{hidden_failed} of {len(p.cases) - p.public} hidden checks failed")
     r.score = round(t.points * r.passed / r.total, 2) if r.total else 0.0
     return r
@@ -189,7 +195,7 @@ def _case_text(t, case, problem, o, limits) -> str:
     if o.kind == "exit":
         return f"{head}\n    called exit()/sys.exit() ({o.message}): return a value instead{at}"
     if o.kind == "blocked":
-        return f"{head}\n    tried something graded code may not do: {o.message.split(': ', 1)[-1]}{at}"
+        return f"{head}\n    was refused: {o.message.split(': ', 1)[-1]}{at}"
     if o.kind == "crash":
         return f"{head}\n    the Python process running your code {o.message}"
     if o.kind == "bad_output":

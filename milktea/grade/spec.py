@@ -53,7 +53,9 @@ def show(value, limit: int = 6) -> str:
         if len(value) > limit:
             return f"a list of {len(value)} items"
         inner = ", ".join(show(v, limit) for v in value)
-        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+        if isinstance(value, tuple):
+            return f"({inner},)" if len(value) == 1 else f"({inner})"
+        return f"[{inner}]"
     if isinstance(value, (bool, np.bool_)):
         return str(bool(value))
     if isinstance(value, (int, float, np.integer, np.floating)):
