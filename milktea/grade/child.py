@@ -53,7 +53,7 @@ def encode(value, depth=0):
             t = t.float()
         value = t.numpy()
     if isinstance(value, np.ndarray):
-        arr = np.ascontiguousarray(value)
+        arr = np.array(value, order="C", copy=True)   # keeps 0-d arrays 0-d
         dt = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
         if dt.str not in ARRAY_DTYPES:
             raise TypeError(f"an array of dtype {arr.dtype} cannot be graded (use a number dtype)")

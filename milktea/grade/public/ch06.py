@@ -1,4 +1,4 @@
-"""Public tests of exercise 06 (engineering): 1-byte delta indices, the overlap timeline."""
+"""Public tests of exercise 06 (engineering): 1-byte delta indices (delta8), the overlap timeline."""
 import numpy as np
 
 from ..spec import Case, Task, array, byte_array, number, show
@@ -7,9 +7,10 @@ from ..spec import Case, Task, array, byte_array, number, show
 def _index_sets(rng, ref):
     fixed = [Case("no indices", (np.zeros(0, np.int64),)),
              Case("index 0 alone", (np.array([0]),)),
-             Case("neighbours", (np.array([0, 1, 2, 3]),)),
-             Case("gap 254 fits a byte, gap 255 needs the escape", (np.array([254, 509, 765]),)),
-             Case("a first index beyond 255 and a huge gap", (np.array([300, 301, 70_000_000], np.int32),))]
+             Case("neighbours: gaps of 0", (np.array([0, 1, 2, 3]),)),
+             Case("gap 254 fits a byte, gap 255 needs an escape", (np.array([254, 510, 1020]),)),
+             Case("a gap of exactly 2 x 255", (np.array([5, 516]),)),
+             Case("int32 positions with a big gap", (np.array([300, 301, 100_000], np.int32),))]
     rand = []
     for _ in range(4):
         n = int(rng.integers(10, 10**6))
@@ -54,7 +55,7 @@ def _step_cases(rng, ref):
 
 
 TASKS = [
-    Task("06.1", "delta_encode", 3, "1-byte delta indices with an escape",
+    Task("06.1", "delta_encode", 3, "1-byte delta indices with escapes",
          _index_sets, byte_array(), ("indices",)),
     Task("06.2", "delta_decode", 2, "reading the deltas back",
          _decode_cases, _decode_compare, ("data",)),
