@@ -25,7 +25,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, help="seed of the random cases (default: kept from the last run in --out)")
     ap.add_argument("--task-timeout", type=float, default=10.0, help="seconds per task and per graded cell (10)")
     ap.add_argument("--submission-timeout", type=float, default=120.0, help="seconds per submission (120)")
-    ap.add_argument("--memory-mb", type=int, default=2048, help="address-space limit of each child (2048)")
+    ap.add_argument("--memory-mb", type=int, default=2048,
+                    help="address space (MB) student code may add to Python + numpy (+ torch) (2048)")
     ap.add_argument("--jobs", type=int, default=1, help="submissions graded at the same time (1)")
     args = ap.parse_args(argv)
     limits = Limits(task_seconds=args.task_timeout, submission_seconds=args.submission_timeout,

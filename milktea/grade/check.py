@@ -21,14 +21,15 @@ from .sandbox import Limits
 
 
 def find_solutions(notebook: str, chapter: str) -> str:
-    """The folder holding the reference notebook: next to exercises/, or in the repository."""
+    """The folder holding the reference notebook: solutions/ beside exercises/, or in the course."""
     here = os.path.dirname(os.path.abspath(notebook))
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    for d in (here, os.path.join(here, "..", "solutions"), os.path.join(os.getcwd(), "solutions"),
-              os.path.join(package_root, "solutions")):
-        if os.path.basename(os.path.normpath(d)) == "solutions" or d != here:
-            if os.path.exists(os.path.join(d, chapter + ".ipynb")):
-                return os.path.normpath(d)
+    candidates = [here] if os.path.basename(here) == "solutions" else []
+    candidates += [os.path.join(here, "..", "solutions"), os.path.join(os.getcwd(), "solutions"),
+                   os.path.join(package_root, "solutions")]
+    for d in candidates:
+        if os.path.exists(os.path.join(d, chapter + ".ipynb")):
+            return os.path.normpath(d)
     raise SetupError(f"can't find solutions/{chapter}.ipynb, which the checker uses to compute the right "
                      "answers: run from the course folder or pass --solutions DIR")
 
@@ -62,7 +63,7 @@ def summary_line(res: NotebookResult) -> str:
     return f"Score on the public tests: {res.score:g}/{res.points:g}. Public tests passed for {ok} of {len(res.tasks)} tasks."
 
 
-def check(notebook: str, solutions: str | None = None, seed: int | None = None, limits: Limits = Limits(),
+def check_notebook(notebook: str, solutions: str | None = None, seed: int | None = None, limits: Limits = Limits(),
           quiet: bool = False) -> NotebookResult:
     """Grade `notebook` on the public tests and print the report; returns the result."""
     try:
@@ -73,8 +74,9 @@ def check(notebook: str, solutions: str | None = None, seed: int | None = None, 
     if chapter is None:
         raise SetupError(f"can't tell which exercise {notebook} is: keep its name (e.g. 03_topk.ipynb)")
     seed = secrets.randbelow(10**6) if seed is None else seed
-    prepared = prepare(chapter, solutions or find_solutions(notebook, chapter), None, seed)
-    deny = [solutions] if solutions else []
+    solutions = solutions or find_solutions(notebook, chapter)
+    prepared = prepare(chapter, solutions, None, seed)
+    deny = [] if os.path.samefile(os.path.dirname(os.path.abspath(notebook)), solutions) else [solutions]
     res = grade_notebook(notebook, prepared, limits, deny)
     if not quiet:
         print(f"Checking {os.path.basename(notebook)} on the public tests (seed {seed}; "
@@ -96,7 +98,7 @@ def main(argv=None) -> int:
         if i:
             print()
         try:
-            res = check(path, args.solutions, args.seed, Limits(task_seconds=args.timeout))
+            res = check_notebook(path, args.solutions, args.seed, Limits(task_seconds=args.timeout))
         except SetupError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -2,7 +2,8 @@
 
 The parent starts  python -I -B child.py JOB_FILE FD  in an empty temporary directory with
 a scrubbed environment. This file never imports milktea (the child has no path to it). It
-  1. sets its own resource limits (address space, CPU seconds, file size) before any
+  1. imports numpy (and torch when the cells use it), then sets its own resource limits
+     (address space on top of what those imports mapped, CPU seconds, file size) before any
      student code exists in the process: hard limits equal soft ones, so they stay;
   2. installs an audit hook (PEP 578) that refuses reads outside Python's own install and
      the temporary directory, any write outside it, new processes, signals to others,
@@ -114,12 +115,30 @@ def decode(data, depth=0, budget=None):
 
 # --- limits and the audit hook --------------------------------------------------------
 
+def address_space() -> int:
+    """Bytes of address space this process maps now (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def set_limits(memory_bytes, cpu_seconds, file_bytes):
+    """memory_bytes is on top of what is mapped already (Python, numpy, torch: a CUDA build of
+    torch alone maps gigabytes of libraries it never touches)."""
+    memory_bytes += address_space()
     for res, soft, hard in ((resource.RLIMIT_AS, memory_bytes, memory_bytes),
                             (resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 1),
                             (resource.RLIMIT_FSIZE, file_bytes, file_bytes),
                             (resource.RLIMIT_CORE, 0, 0)):
-        resource.setrlimit(res, (int(soft), int(hard)))
+        try:
+            resource.setrlimit(res, (int(soft), int(hard)))
+        except (ValueError, OSError):   # macOS refuses some of them; the parent's clock still holds
+            pass
 
 
 def install_hook(tmp, deny):
@@ -269,10 +288,10 @@ def main():
         job = json.load(f)
     os.remove(job_path)
     lim = job["limits"]
-    set_limits(lim["memory_bytes"], lim["cpu_seconds"], lim["file_bytes"])
-    import numpy  # noqa: F401  (every exercise uses it; imported before the hook and snapshot)
+    import numpy  # noqa: F401  (every exercise uses it; imported before the limits, hook and snapshot)
     if job.get("torch"):
         import torch  # noqa: F401
+    set_limits(lim["memory_bytes"], lim["cpu_seconds"], lim["file_bytes"])
     install_hook(os.getcwd(), job.get("deny", ()))
     snap = snapshot()
     send(ev="ready")

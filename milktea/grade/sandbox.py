@@ -31,7 +31,7 @@ class Limits:
     task_seconds: float = 10.0          # one graded task (all its cases), or one graded cell
     submission_seconds: float = 120.0   # everything of one submission, restarts included
     startup_seconds: float = 60.0       # starting Python + numpy (+ torch): not student time
-    memory_mb: int = 2048               # address space of the child
+    memory_mb: int = 2048               # address space the child may add after importing numpy/torch
     file_mb: int = 16                   # largest file the child may write in its temp dir
     max_output: int = 16 << 20          # bytes of plain data per returned value
 
@@ -259,6 +259,9 @@ def _outcome(ev) -> Outcome:
 
 def run(cells: list[Cell], tasks: list[TaskJob], limits: Limits = Limits(), deny=(), torch=None) -> Run:
     """Grade-time execution of one submission: every task gets an outcome per case."""
+    if os.name != "posix":
+        raise OSError("grading runs student code in a limited child process, which needs Linux or macOS "
+                      "(on Windows, use WSL)")
     start = time.monotonic()
     budget_end = start + limits.submission_seconds
     torch = any("torch" in c.source for c in cells) if torch is None else torch
