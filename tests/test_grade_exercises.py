@@ -195,3 +195,25 @@ def test_error_feedback_keeps_the_ledger():
     grads = rng.standard_normal((6, 50))
     total, residual = ef["ef_run"](grads, 5)
     np.testing.assert_allclose(total + residual, grads.sum(0), atol=1e-12)
+
+
+@pytest.mark.notebooks
+@pytest.mark.timeout(600)
+def test_solution_notebooks_run_top_to_bottom():
+    """The instructor copy runs as a whole in a fresh kernel, the check cell included."""
+    from nbclient import NotebookClient
+    env_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = env_path   # the kernel and the checker it starts find milktea
+    try:
+        for chapter in CHAPTERS:
+            nb = nbformat.read(str(SOLUTIONS / f"{chapter}.ipynb"), as_version=4)
+            NotebookClient(nb, timeout=120, kernel_name="python3",
+                           resources={"metadata": {"path": str(SOLUTIONS)}}).execute()
+            printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+            assert "Public tests passed" in printed, (chapter, printed[-500:])
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = old
