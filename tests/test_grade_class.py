@@ -81,6 +81,7 @@ def graded(tmp_path_factory):
     save(read_notebook(str(ROOT / "exercises" / "03_topk.ipynb")), subs / "bob" / "03_topk.ipynb")
     save(ef, subs / "zed" / "04_error_feedback.ipynb")                       # never submitted 03
     save(topk, subs / "single.ipynb")                                         # one file, found by metadata
+    save(topk, subs / "nested" / "download" / "03_topk (1).ipynb")             # a renamed copy, one level down
     save(b"this is not a notebook\n", subs / "garbage.ipynb")
     save(json.dumps({"metadata": {"milktea": {"chapter": "03_topk"}}, "cells": []}), subs / "nocells" / "03_topk.ipynb")
     noisy = with_cell(topk, "03.1", graded_cell(topk, "03.1")["source"] + "\nfor _ in range(20):\n"
@@ -110,7 +111,8 @@ def expected_table():
         "alice": {**full, **{t: POINTS[t] for t in EF}},
         "bob": {**{t: 0 for t in TOPK}, **none_ef},
         "zed": {**{t: 0 for t in TOPK}, **{t: POINTS[t] for t in EF}},
-        "single": {**full, **none_ef}, "noisy": {**full, **none_ef}, "untagged": {**full, **none_ef},
+        "single": {**full, **none_ef}, "nested": {**full, **none_ef}, "noisy": {**full, **none_ef},
+        "untagged": {**full, **none_ef},
         "torchy": {**full, **none_ef},
         "garbage": {t: 0 for t in POINTS}, "nocells": {t: 0 for t in POINTS},
     })

@@ -50,21 +50,29 @@ def find_submissions(root: str, chapter: str | None = None):
         if entry.startswith("."):
             continue
         if os.path.isdir(path):
-            files = {}
-            for name in sorted(os.listdir(path)):
-                if not name.endswith(".ipynb") or name.startswith("."):
-                    continue
-                ch = _chapter(os.path.join(path, name), chapter)
+            files = found.setdefault(entry, {})
+            for rel in _notebooks_under(path):   # downloads often nest folders: look inside them
+                ch = _chapter(os.path.join(path, rel), chapter)
+                name = os.path.basename(rel)
                 if ch is None:
-                    notes.append(f"{entry}/{name}: not one of the exercises, ignored")
+                    notes.append(f"{entry}/{rel}: not one of the exercises, ignored")
                 elif ch in files and name != ch + ".ipynb":
-                    notes.append(f"{entry}/{name}: a second notebook for {ch}, ignored")
+                    notes.append(f"{entry}/{rel}: a second notebook for {ch}, ignored")
                 else:
-                    files[ch] = os.path.join(path, name)
-            found[entry] = files
+                    files[ch] = os.path.join(path, rel)
         elif entry.endswith(".ipynb"):
-            found[entry[:-6]] = {_chapter(path, chapter, by_name=False): path}
+            found.setdefault(entry[:-6], {})[_chapter(path, chapter, by_name=False)] = path
     return found, notes
+
+
+def _notebooks_under(folder: str) -> list:
+    """Relative paths of the .ipynb files in `folder` and below, canonical names first."""
+    found = []
+    for dirpath, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found += [os.path.relpath(os.path.join(dirpath, f), folder) for f in sorted(files)
+                  if f.endswith(".ipynb") and not f.startswith(".")]
+    return sorted(found, key=lambda rel: (os.path.basename(rel)[:-6] not in CHAPTERS, rel.count(os.sep), rel))
 
 
 def _chapter(path, forced, by_name=True):
