@@ -145,7 +145,8 @@ def _one_child(cells, tasks, limits: Limits, deny, torch: bool, budget_end: floa
                                 cwd=tmp, env=_child_env(tmp), pass_fds=(wfd,), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as e:
-        os.close(rfd), os.close(wfd)
+        os.close(rfd)
+        os.close(wfd)
         shutil.rmtree(tmp, ignore_errors=True)
         return ("ready",), "crash", f"could not start Python: {e}"
     os.close(wfd)
@@ -157,7 +158,6 @@ def _one_child(cells, tasks, limits: Limits, deny, torch: bool, budget_end: floa
     buf, tail = bytearray(), bytearray()
     now = time.monotonic()
     deadline = now + limits.startup_seconds
-    task_by_id = {t.id: t for t in tasks}
     failure = None
     try:
         while pos < len(seq):
@@ -190,7 +190,7 @@ def _one_child(cells, tasks, limits: Limits, deny, torch: bool, budget_end: floa
                 while b"\n" in buf:
                     line, _, rest = bytes(buf).partition(b"\n")
                     buf = bytearray(rest)
-                    pos, deadline = _accept(line, seq, pos, deadline, limits, task_by_id, run)
+                    pos, deadline = _accept(line, seq, pos, deadline, limits, run)
     except _Broken as b:
         failure = (seq[pos], b.kind, b.message)
     except (OSError, subprocess.SubprocessError) as e:
@@ -214,7 +214,7 @@ def _reject(*_):
     raise ValueError("not plain JSON")
 
 
-def _accept(line, seq, pos, deadline, limits, task_by_id, run):
+def _accept(line, seq, pos, deadline, limits, run):
     """Check one event against the expected sequence; record results. Returns (pos, deadline)."""
     try:
         ev = json.loads(line, parse_constant=_reject)
