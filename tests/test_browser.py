@@ -464,3 +464,17 @@ def test_checks_catch_a_broken_notebook(kind, lab, page, monkeypatch):
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     assert BAD_MESSAGE[kind] in str(e.value), str(e.value)
+
+
+def test_leftover_processes_are_found(tmp_path):
+    """The no-process-left check sees a tagged process, even one in its own session."""
+    tag = uuid.uuid4().hex
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env=dict(os.environ, **{MARKER: tag}), start_new_session=True)
+    try:
+        found = _marked_processes(tag)
+        assert [line.split()[0] for line in found] == [str(child.pid)]
+    finally:
+        child.kill()
+        child.wait()
+    assert _marked_processes(tag) == []
