@@ -31,7 +31,7 @@ def pick_device(prefer: str | None = None) -> torch.device:
     Order: `prefer` if given, else the environment variable MILKTEA_DEVICE if set,
     else CUDA when available, else CPU. Accepted values: "auto", "cpu", "cuda",
     "cuda:N", "mps". Asking for a device this machine does not have raises
-    RuntimeError rather than silently running elsewhere.
+    ValueError rather than silently running elsewhere.
 
         >>> pick_device("cpu").type
         'cpu'
@@ -53,19 +53,19 @@ def pick_device(prefer: str | None = None) -> torch.device:
         return torch.device("cpu")
     if want == "mps":
         if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-            raise RuntimeError(f"pick_device: {source} asks for 'mps' but this torch "
+            raise ValueError(f"pick_device: {source} asks for 'mps' but this torch "
                                "has no usable Apple GPU; use 'cpu' or 'auto'")
         return torch.device("mps")
     # cuda or cuda:N
     if not torch.cuda.is_available():
         build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
-        raise RuntimeError(
+        raise ValueError(
             f"pick_device: {source} asks for {prefer!r} but CUDA is not available "
             f"(torch {torch.__version__}, {build}). Use 'cpu' or 'auto', or unset {ENV_VAR}; "
             "for a GPU, install a CUDA build of torch (make lab TORCH=...)")
     dev = torch.device(want)
     if dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise RuntimeError(f"pick_device: {source} asks for {prefer!r} but only "
+        raise ValueError(f"pick_device: {source} asks for {prefer!r} but only "
                            f"{torch.cuda.device_count()} CUDA device(s) exist "
                            f"(cuda:0 .. cuda:{torch.cuda.device_count() - 1})")
     return dev

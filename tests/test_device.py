@@ -44,13 +44,13 @@ def test_env_var_overrides_the_automatic_choice(monkeypatch):
 def test_explicit_argument_beats_env_var(monkeypatch, no_cuda):
     monkeypatch.setenv(ENV_VAR, "cuda")
     assert pick_device("cpu") == torch.device("cpu")
-    with pytest.raises(RuntimeError, match=ENV_VAR):
+    with pytest.raises(ValueError, match=ENV_VAR):
         pick_device()
 
 
 def test_cuda_without_cuda_is_a_clear_error(no_env, no_cuda):
     for ask in ("cuda", "cuda:0"):
-        with pytest.raises(RuntimeError, match="CUDA is not available") as e:
+        with pytest.raises(ValueError, match="CUDA is not available") as e:
             pick_device(ask)
         assert "'cpu'" in str(e.value)  # says what to use instead
 
@@ -59,7 +59,7 @@ def test_cuda_index_out_of_range(monkeypatch, no_env):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert pick_device("cuda:1") == torch.device("cuda:1")
-    with pytest.raises(RuntimeError, match="only 2 CUDA device"):
+    with pytest.raises(ValueError, match="only 2 CUDA device"):
         pick_device("cuda:2")
 
 
@@ -168,3 +168,11 @@ def test_python_dash_m_doctor_json(repo_root):
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["gloo_available"] is True and d["cpu_cores"] >= 1
+
+
+def test_docstring_examples(no_env):
+    import doctest
+
+    import milktea.device
+    result = doctest.testmod(milktea.device)
+    assert result.attempted >= 3 and result.failed == 0

@@ -1,0 +1,23 @@
+"""python -m milktea.bench <name> [options]: run one benchmark."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHES = {
+    "kernels": "milktea.bench.kernels",      # every compressor vs a plain copy
+    "simulate": "milktea.bench.simulate",    # the N-worker simulator's speed
+    "grade": "milktea.bench.grade",          # grading one submission
+}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in BENCHES:
+        print("usage: python -m milktea.bench {" + ",".join(BENCHES) + "} [options]")
+        return 2
+    return importlib.import_module(BENCHES[argv[0]]).main(argv[1:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

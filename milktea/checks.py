@@ -1,0 +1,85 @@
+"""Input checks shared by every public function.
+
+Each error says what was wrong *and* what to change, so a learner can fix the
+call without reading library code.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+NONFINITE_POLICIES = ("raise", "zero", "ignore")
+
+
+def check_grad(t, name: str = "tensor", nonfinite: str = "raise") -> torch.Tensor:
+    """Validate a gradient-like tensor and return it (possibly cleaned).
+
+    nonfinite: "raise" (default) fails on NaN/Inf, "zero" replaces them by 0 in a
+    copy, "ignore" passes them through untouched.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}; "
+                        f"wrap it with torch.as_tensor(...)")
+    if t.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name} has dtype {t.dtype}; compressors take float32, float16, "
+                        f"bfloat16 or float64 gradients (use .float())")
+    if t.numel() == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); there is nothing to compress")
+    if nonfinite not in NONFINITE_POLICIES:
+        raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
+    if nonfinite != "ignore":
+        # One fast reduction: NaN/Inf make the sum non-finite. A sum of finite values
+        # can overflow too, so a non-finite sum is only a hint, checked exactly below.
+        s = t.sum() if t.dtype in (torch.float32, torch.float64) else t.sum(dtype=torch.float32)
+        if not torch.isfinite(s):
+            bad = ~torch.isfinite(t)
+            nbad = int(bad.sum())
+            if nbad:
+                if nonfinite == "raise":
+                    first = int(bad.reshape(-1).nonzero()[0])
+                    raise ValueError(
+                        f"{name} has {nbad} non-finite value(s) (NaN/Inf), first at flat index "
+                        f"{first}; fix the loss/learning rate, or pass nonfinite='zero' to drop them")
+                t = torch.where(bad, torch.zeros((), dtype=t.dtype, device=t.device), t)
+    return t
+
+
+def check_ratio(ratio) -> float:
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)):
+        raise TypeError(f"ratio must be a number in (0, 1], got {ratio!r}")
+    if not (0.0 < float(ratio) <= 1.0) or math.isnan(ratio):
+        raise ValueError(f"ratio must be in (0, 1] (the share of elements kept), got {ratio}; "
+                         f"for 1% use ratio=0.01")
+    return float(ratio)
+
+
+def check_k(k, numel: int) -> int:
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise TypeError(f"k must be an int, got {k!r}")
+    if not 1 <= k <= numel:
+        raise ValueError(f"k={k} is out of range for a tensor of {numel} elements; "
+                         f"choose 1 <= k <= {numel}")
+    return k
+
+
+def resolve_k(ratio, k, numel: int) -> int:
+    """Number of elements to keep from either a ratio or an explicit k."""
+    if k is not None:
+        return check_k(k, numel)
+    return max(1, min(numel, int(round(check_ratio(ratio) * numel))))
+
+
+def check_choice(value, choices, name: str):
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+def check_positive_int(value, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value

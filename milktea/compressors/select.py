@@ -1,0 +1,76 @@
+"""Choosing the k largest |x|: exact (deterministic ties) and sampled-threshold (DGC).
+
+Sorting n numbers to keep k of them wastes work. Both selectors here estimate a
+threshold from a random sample, keep the candidates above it with one pass over
+memory, and only then look closely at the few candidates:
+
+* exact: a threshold chosen low enough that the candidates surely contain the top k,
+  then the k-th largest among the candidates; ties at the k-th value are broken
+  toward the lowest index, so the result is deterministic and has exactly k entries.
+* approximate (DGC): a threshold aimed at k; if the count lands within +-tolerance of
+  k it is used as is, otherwise it is trimmed (too many) or lowered (too few).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import kernels
+
+SMALL = 1 << 15          # below this many elements, select directly
+TARGET_HITS = 4096       # sample elements expected above the threshold
+
+
+def _kth_largest_sorted_indices(a: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k largest entries of a (1-D), ties -> lowest index, sorted."""
+    n = a.numel()
+    if k >= n:
+        return torch.arange(n, device=a.device)
+    if k <= 1024 or a.device.type != "cpu":
+        v = torch.topk(a, k, sorted=True).values[-1]
+    else:
+        v = torch.kthvalue(a, n - k + 1).values
+    gt = a > v
+    eq = a == v
+    # keep everything above the k-th value, then the first (k - #above) ties in index order
+    need = k - int(gt.sum())
+    keep = gt | (eq & (torch.cumsum(eq, 0) <= need))
+    return keep.nonzero().reshape(-1)
+
+
+def _sample_threshold(flat: torch.Tensor, expect: float, gen: torch.Generator) -> float | None:
+    """A threshold t with about `expect` entries of |flat| above it, from a sample (None: too few)."""
+    n = flat.numel()
+    m = int(min(n, max(65536, TARGET_HITS * n / max(expect, 1.0))))
+    if m >= n // 2:
+        return None
+    idx = torch.randint(n, (m,), generator=gen, device="cpu").to(flat.device)
+    s = flat[idx].abs().float().cpu()
+    above = min(m - 1, max(0, int(round(expect * m / n))))
+    return float(torch.kthvalue(s, m - above).values)
+
+
+def select_topk(flat: torch.Tensor, k: int, *, approximate: bool = False, tolerance: float = 0.05,
+                gen: torch.Generator | None = None) -> torch.Tensor:
+    """Sorted int64 indices of the top-k |flat| (exactly k; or within tolerance if approximate)."""
+    n = flat.numel()
+    if k >= n:
+        return torch.arange(n, device=flat.device)
+    if n <= SMALL:
+        return _kth_largest_sorted_indices(flat.abs(), k)
+    gen = gen or torch.Generator().manual_seed(0)
+    slack = 4.0 * math.sqrt(k)  # a few standard deviations of the count
+    expect = k + slack if approximate else 1.1 * k + slack
+    for attempt in range(3):
+        t = _sample_threshold(flat, expect, gen)
+        if t is None:
+            break
+        cand = kernels.above_threshold(flat, t)
+        c = cand.numel()
+        if approximate and abs(c - k) <= tolerance * k:
+            return cand
+        if c >= k:
+            return cand[_kth_largest_sorted_indices(flat[cand].abs(), k)]
+        expect *= 2.0 * k / max(c, 1)   # too few above t: aim lower and try again
+    return _kth_largest_sorted_indices(flat.abs(), k)

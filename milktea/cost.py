@@ -1,0 +1,330 @@
+"""The alpha-beta cost model: how long a message, a collective or a training step takes.
+
+A link moves one message of M bytes in  alpha + M / B  seconds (alpha: latency per
+message, B: bandwidth in bytes per second). Collectives are chains of such messages:
+
+    >>> link = Link.gbit(10)                       # 10 Gbit/s, 50 us per message
+    >>> M = gradient_bytes(25_000_000)             # a 25M-parameter model in fp32
+    >>> round(ring_allreduce_time(M, 8, link), 3)  # 2(N-1) alpha + 2(N-1)/N M/B
+    0.141
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+COLLECTIVES = ("allreduce", "allgather", "ps")
+
+
+def _number(name: str, value, *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if value < 0 or (positive and value == 0):
+        raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}, got {value}")
+    return value
+
+
+def _workers(workers) -> int:
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)):
+        raise TypeError(f"workers must be an int, got {type(workers).__name__}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    return int(workers)
+
+
+@dataclass(frozen=True)
+class Link:
+    """One network link: `bandwidth` in bytes per second (beta = 1/bandwidth), `latency` in
+    seconds per message (alpha).
+
+    >>> Link.gbit(1)
+    Link(1.00 Gbit/s, 50 us)
+    >>> Link.gbit(1).transfer_time(125e6)   # 1 Gbit/s moves 125 MB in one second (+ latency)
+    1.00005
+    """
+    bandwidth: float
+    latency: float = 0.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "bandwidth", _number("bandwidth (bytes/s)", self.bandwidth, positive=True))
+        object.__setattr__(self, "latency", _number("latency (seconds)", self.latency))
+
+    @classmethod
+    def gbit(cls, gbit_per_s: float, latency: float = 50e-6) -> "Link":
+        """A link of `gbit_per_s` Gbit/s (1 Gbit/s = 125e6 bytes/s) and `latency` seconds."""
+        return cls(_number("gbit_per_s", gbit_per_s, positive=True) * 125e6, latency)
+
+    def transfer_time(self, nbytes) -> float:
+        """Seconds to send one message of `nbytes` bytes: alpha + nbytes / B."""
+        return self.latency + _number("nbytes", nbytes) / self.bandwidth
+
+    def __repr__(self) -> str:
+        return f"Link({self.bandwidth / 125e6:.2f} Gbit/s, {self.latency * 1e6:.0f} us)"
+
+
+def _check_link(link) -> Link:
+    if not isinstance(link, Link):
+        raise TypeError(f"link must be a milktea.cost.Link (e.g. Link.gbit(10)), got {type(link).__name__}")
+    return link
+
+
+def ring_allreduce_time(nbytes, workers: int, link: Link) -> float:
+    """Ring all-reduce of an `nbytes` tensor: 2(N-1) steps, each moving M/N bytes.
+    Time = 2(N-1) alpha + 2(N-1)/N * M / B, and 0 for a single worker."""
+    M, N, link = _number("nbytes", nbytes), _workers(workers), _check_link(link)
+    if N == 1:
+        return 0.0
+    return 2 * (N - 1) * link.latency + 2 * (N - 1) / N * M / link.bandwidth
+
+
+def allgather_time(nbytes_per_worker, workers: int, link: Link) -> float:
+    """Ring all-gather where every worker contributes `nbytes_per_worker` bytes (e.g. its
+    sparse packet): N-1 steps, each forwarding one worker's message.
+    Time = (N-1) alpha + (N-1) M / B."""
+    M, N, link = _number("nbytes_per_worker", nbytes_per_worker), _workers(workers), _check_link(link)
+    return (N - 1) * (link.latency + M / link.bandwidth)
+
+
+def parameter_server_time(nbytes, workers: int, link: Link, servers: int = 1) -> float:
+    """Push then pull through the servers' links: every worker pushes M bytes and pulls M
+    bytes, spread over `servers` shards whose links are the bottleneck.
+    Time = 2 N M / (servers B) + 2 alpha."""
+    M, N, link = _number("nbytes", nbytes), _workers(workers), _check_link(link)
+    if isinstance(servers, bool) or not isinstance(servers, (int, np.integer)) or servers < 1:
+        raise ValueError(f"servers must be an int >= 1, got {servers!r}")
+    return 2 * N * M / (servers * link.bandwidth) + 2 * link.latency
+
+
+def ring_allreduce_bytes(nbytes, workers: int) -> float:
+    """Bytes each worker sends in a ring all-reduce: 2(N-1)/N * M (close to 2M for large N)."""
+    M, N = _number("nbytes", nbytes), _workers(workers)
+    return 2 * (N - 1) / N * M
+
+
+def gradient_bytes(params, bytes_per_param: int = 4) -> int:
+    """Bytes of one full gradient: parameter count x bytes per parameter (fp32: 4).
+
+    >>> gradient_bytes(175e9) / 1e9    # a 175B-parameter model, fp32 gradient, in GB
+    700.0
+    """
+    p, b = _number("params", params), _number("bytes_per_param", bytes_per_param, positive=True)
+    return int(round(p * b))
+
+
+def comm_time(nbytes, workers: int, link: Link, collective: str = "allreduce", servers: int = 1) -> float:
+    """Time of one exchange of `nbytes` per worker with the named collective:
+    "allreduce" (dense, fp16, PowerSGD factors: packets that can be summed on the wire),
+    "allgather" (sparse or quantized packets, which can't) or "ps" (parameter server)."""
+    if collective == "allreduce":
+        return ring_allreduce_time(nbytes, workers, link)
+    if collective == "allgather":
+        return allgather_time(nbytes, workers, link)
+    if collective == "ps":
+        return parameter_server_time(nbytes, workers, link, servers)
+    raise ValueError(f"collective must be one of {COLLECTIVES}, got {collective!r}")
+
+
+def iteration_time(compute, comm, *, overlap: bool = False, buckets: int | None = None) -> float:
+    """One training step: compute then communicate (compute + comm), or with `overlap` the
+    communication hides behind the backward pass. With `buckets` equal buckets the last
+    bucket can only start once backward is done: max(c, m) + min(c, m) / buckets; without
+    `buckets` the ideal limit max(c, m). Per-bucket latency is not added here: build the
+    steps with `overlapped_timeline` for that.
+
+    >>> iteration_time(0.2, 3.0), iteration_time(0.2, 3.0, overlap=True, buckets=4)
+    (3.2, 3.05)
+    """
+    c, m = _number("compute", compute), _number("comm", comm)
+    if not overlap:
+        if buckets is not None:
+            raise ValueError("buckets only matters with overlap=True")
+        return c + m
+    if buckets is None:
+        return max(c, m)
+    if isinstance(buckets, bool) or not isinstance(buckets, (int, np.integer)) or buckets < 1:
+        raise ValueError(f"buckets must be an int >= 1, got {buckets!r}")
+    return max(c, m) + min(c, m) / buckets
+
+
+def waiting_fraction(compute, comm) -> float:
+    """Share of a step spent waiting for the network: comm / (compute + comm).
+
+    >>> round(waiting_fraction(0.2, 3.0), 4)   # 0.2 s of work, 3 s on the phone
+    0.9375
+    """
+    c, m = _number("compute", compute), _number("comm", comm)
+    if c + m == 0:
+        raise ValueError("compute and comm are both 0: nothing to divide")
+    return m / (c + m)
+
+
+def step_time(compute, wire_bytes, workers: int, link: Link, *, collective: str = "allreduce",
+              overlap: bool = False, buckets: int | None = None) -> float:
+    """A compressed (or dense) step: `compute` seconds plus exchanging `wire_bytes` per worker
+    (a packet's real `nbytes`) with `collective`. Sparse and quantized packets must be
+    all-gathered; dense, fp16 and PowerSGD factors are all-reduced.
+
+    >>> link = Link.gbit(1)
+    >>> dense = step_time(0.05, 4e6, 8, link)                            # 1M fp32 values
+    >>> topk = step_time(0.05, 50_000, 8, link, collective="allgather")  # 1% Top-K packet
+    >>> round(dense / topk, 1)
+    2.0
+    """
+    return iteration_time(compute, comm_time(wire_bytes, workers, link, collective),
+                          overlap=overlap, buckets=buckets)
+
+
+@dataclass
+class Timeline:
+    """Start and end of every segment of an overlapped step (for Gantt charts)."""
+    forward: tuple[float, float]
+    backward: list[tuple[float, float]]
+    comm: list[tuple[float, float]]
+    total: float
+    serial: float = field(default=0.0)   # the same work without overlap
+
+    @property
+    def exposed_comm(self) -> float:
+        """Communication time not hidden behind compute."""
+        end_of_compute = self.backward[-1][1] if self.backward else self.forward[1]
+        return self.total - end_of_compute
+
+    def __repr__(self) -> str:
+        return (f"Timeline({len(self.backward)} buckets, total {self.total:.4g}s, serial {self.serial:.4g}s, "
+                f"exposed comm {self.exposed_comm:.4g}s)")
+
+    def plot(self, ax=None):
+        """A two-row Gantt chart: compute on top, the link below."""
+        import matplotlib.pyplot as plt
+        if ax is None:
+            _, ax = plt.subplots(figsize=(8, 2))
+        if self.forward[1] > self.forward[0]:
+            ax.broken_barh([(self.forward[0], self.forward[1] - self.forward[0])], (1, 0.8),
+                           color="tab:gray", label="forward")
+        for i, (s, e) in enumerate(self.backward):
+            ax.broken_barh([(s, e - s)], (1, 0.8), color="tab:blue", edgecolor="white",
+                           label="backward" if i == 0 else None)
+        for i, (s, e) in enumerate(self.comm):
+            ax.broken_barh([(s, e - s)], (0, 0.8), color="tab:orange", edgecolor="white",
+                           label="communication" if i == 0 else None)
+        ax.set_yticks([0.4, 1.4], ["link", "compute"])
+        ax.set_xlabel("seconds")
+        ax.set_title(f"step {self.total:.3g}s with overlap vs {self.serial:.3g}s without")
+        ax.legend(loc="upper right", fontsize="small")
+        return ax
+
+
+def overlapped_timeline(backward_times, comm_times, forward=0.0) -> Timeline:
+    """Bucketed overlap on one link: forward runs first, then the backward buckets in order;
+    bucket i's communication starts when its backward is done AND the link is free (the
+    previous bucket's communication finished).
+
+    >>> overlapped_timeline([1, 1, 1], [2, 2, 2]).total    # 1 + 2 + 2 + 2
+    7.0
+    """
+    b = [_number("backward_times[i]", t) for t in backward_times]
+    c = [_number("comm_times[i]", t) for t in comm_times]
+    if len(b) != len(c) or not b:
+        raise ValueError(f"need one comm time per backward bucket (>= 1), got {len(b)} and {len(c)}")
+    f = _number("forward", forward)
+    now, link_free, back, comm = f, 0.0, [], []
+    for tb, tc in zip(b, c):
+        back.append((now, now + tb))
+        now += tb
+        start = max(now, link_free)
+        comm.append((start, start + tc))
+        link_free = start + tc
+    return Timeline((0.0, f), back, comm, max(now, link_free), serial=f + sum(b) + sum(c))
+
+
+def calibrate(sizes_bytes, times_s, workers: int, collective: str = "allreduce") -> Link:
+    """Fit alpha (latency) and B (bandwidth) to measured collective times by least squares.
+
+    Each collective is  t = a alpha + b M / B  with (a, b) from its formula above, so the
+    fit is linear in (alpha, 1/B); it minimises relative errors, so small messages (which
+    reveal alpha) count as much as large ones (which reveal B). Needs two distinct sizes.
+
+    >>> link = Link(1e9, 20e-6)
+    >>> sizes = [1e3, 1e5, 1e7]
+    >>> calibrate(sizes, [ring_allreduce_time(m, 4, link) for m in sizes], 4)
+    Link(8.00 Gbit/s, 20 us)
+    """
+    N = _workers(workers)
+    m = np.asarray(sizes_bytes, dtype=np.float64).ravel()
+    t = np.asarray(times_s, dtype=np.float64).ravel()
+    if m.shape != t.shape:
+        raise ValueError(f"need one time per size, got {m.size} sizes and {t.size} times")
+    if not (np.isfinite(m).all() and np.isfinite(t).all()) or (m < 0).any() or (t <= 0).any():
+        raise ValueError("sizes must be finite and >= 0, times finite and > 0")
+    if np.unique(m).size < 2:
+        raise ValueError(f"need at least 2 distinct message sizes to separate latency from bandwidth, "
+                         f"got {np.unique(m).size}")
+    if collective == "allreduce":
+        if N == 1:
+            raise ValueError("a 1-worker all-reduce sends nothing: calibrate with workers >= 2")
+        a, b = 2 * (N - 1), 2 * (N - 1) / N
+    elif collective == "allgather":
+        if N == 1:
+            raise ValueError("a 1-worker all-gather sends nothing: calibrate with workers >= 2")
+        a, b = N - 1, N - 1
+    elif collective == "ps":
+        a, b = 2, 2 * N
+    else:
+        raise ValueError(f"collective must be one of {COLLECTIVES}, got {collective!r}")
+    # relative errors: timing noise grows with the time, and small messages carry alpha
+    A = np.stack([np.full_like(m, a), b * m], axis=1) / t[:, None]
+    (alpha, beta), *_ = np.linalg.lstsq(A, np.ones_like(t), rcond=None)
+    if beta <= 0:
+        raise ValueError(f"the fit gives a non-positive time per byte ({beta:.3g} s/B): times do not grow "
+                         f"with size; measure larger messages or more repetitions")
+    if alpha < 0:
+        raise ValueError(f"the fit gives a negative latency ({alpha * 1e6:.3g} us): measure smaller "
+                         f"messages or more repetitions so the fixed cost is visible")
+    return Link(1.0 / beta, alpha)
+
+
+@dataclass
+class Scissors:
+    """Compute and bandwidth, both relative to year 0, and the gap between them."""
+    years: np.ndarray
+    compute: np.ndarray
+    bandwidth: np.ndarray
+
+    @property
+    def gap(self) -> np.ndarray:
+        return self.compute / self.bandwidth
+
+    def plot(self, ax=None):
+        import matplotlib.pyplot as plt
+        if ax is None:
+            _, ax = plt.subplots(figsize=(5, 3.5))
+        ax.semilogy(self.years, self.compute, label="compute")
+        ax.semilogy(self.years, self.bandwidth, label="bandwidth")
+        ax.fill_between(self.years, self.bandwidth, self.compute, alpha=0.15, color="tab:red")
+        ax.set_xlabel("years")
+        ax.set_ylabel("relative to year 0")
+        ax.set_title(f"after {self.years[-1]:g} years the gap is {self.gap[-1]:.0f}x")
+        ax.legend()
+        return ax
+
+
+def scissors(years: float = 10, compute_growth: float = 2.0, bandwidth_growth: float = 1.2,
+             points: int = 50) -> Scissors:
+    """The compute/bandwidth gap: compute multiplies by `compute_growth` a year, bandwidth by
+    `bandwidth_growth` (slower), both start at 1.
+
+    >>> round(float(scissors(10).gap[-1]))    # 2^10 / 1.2^10
+    165
+    """
+    years = _number("years", years, positive=True)
+    cg = _number("compute_growth", compute_growth, positive=True)
+    bg = _number("bandwidth_growth", bandwidth_growth, positive=True)
+    if isinstance(points, bool) or not isinstance(points, int) or points < 2:
+        raise ValueError(f"points must be an int >= 2, got {points!r}")
+    t = np.linspace(0.0, years, points)
+    return Scissors(t, cg ** t, bg ** t)

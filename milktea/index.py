@@ -1,0 +1,140 @@
+"""Index encodings for sparse packets: which positions were kept.
+
+A sparse packet sends k values and must also say *where* they go. Four ways:
+
+=========  ==========================================================  =================
+name       bytes                                                       good when
+=========  ==========================================================  =================
+int32      4 per index                                                 never the best, the baseline
+delta8     1 per gap, plus one 0xFF escape byte per 255 of gap         gaps mostly < 255
+varint     LEB128 of each gap: 1 byte below 128, 2 below 16384, ...    gaps of any size
+bitmap     one bit per element of the tensor                           dense selections (k/n > ~1/8)
+=========  ==========================================================  =================
+
+Gaps are ``g_i = idx_i - idx_{i-1} - 1`` with ``idx_{-1} = -1``, so sorted unique
+indices always have ``g >= 0``. ``encode(..., "auto")`` sizes all four exactly and
+uses the smallest.
+"""
+from __future__ import annotations
+
+import torch
+
+from .bits import pack, packed_size, unpack
+
+ENCODINGS = ("int32", "delta8", "varint", "bitmap")
+ESCAPE = 255
+
+
+def _gaps(indices: torch.Tensor) -> torch.Tensor:
+    prev = torch.empty_like(indices)
+    prev[0] = -1
+    prev[1:] = indices[:-1]
+    return indices - prev - 1
+
+
+_VARINT_LIMITS = [1 << (7 * j) for j in range(1, 5)]
+
+
+def _varint_lengths(g: torch.Tensor) -> torch.Tensor:
+    """LEB128 length of each gap: 1 byte below 2**7, 2 below 2**14, ..."""
+    limits = torch.tensor(_VARINT_LIMITS, dtype=g.dtype, device=g.device)
+    return torch.bucketize(g, limits, right=True) + 1
+
+
+def sizes(indices: torch.Tensor, numel: int) -> dict[str, int]:
+    """Exact byte size of every encoding for these sorted unique indices."""
+    k = indices.numel()
+    g = _gaps(indices)
+    return {"int32": 4 * k,
+            "delta8": k + int((g // ESCAPE).sum()),
+            "varint": int(_varint_lengths(g).sum()),
+            "bitmap": packed_size(numel, 1)}
+
+
+def check_indices(indices: torch.Tensor, numel: int) -> torch.Tensor:
+    if indices.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"indices must be int64 or int32, got {indices.dtype}")
+    indices = indices.reshape(-1).long()
+    if indices.numel() == 0:
+        raise ValueError("no indices to encode: a sparse packet keeps at least one element")
+    if numel >= 2**32:
+        raise ValueError("tensors with 2**32 or more elements need splitting before encoding")
+    if int(indices[0]) < 0 or int(indices[-1]) >= numel:
+        raise ValueError(f"indices must lie in [0, {numel})")
+    if indices.numel() > 1 and not bool((indices[1:] > indices[:-1]).all()):
+        raise ValueError("indices must be sorted and unique (use torch.sort / torch.unique first)")
+    return indices
+
+
+def encode(indices: torch.Tensor, numel: int, encoding: str = "auto",
+           validate: bool = True) -> tuple[str, torch.Tensor]:
+    """Encode sorted unique indices; returns (encoding name, uint8 bytes).
+
+    >>> encode(torch.tensor([0, 3, 300]), numel=1000)
+    ('delta8', tensor([  0,   2, 255,  41], dtype=torch.uint8))
+    """
+    if validate:
+        indices = check_indices(indices, numel)
+    if encoding == "auto":
+        s = sizes(indices, numel)
+        encoding = min(ENCODINGS, key=lambda e: (s[e], ENCODINGS.index(e)))
+    if encoding == "int32":
+        return encoding, indices.to(torch.int32).view(torch.uint8)
+    if encoding == "bitmap":
+        bits = torch.zeros(numel, dtype=torch.uint8, device=indices.device)
+        bits[indices] = 1
+        return encoding, pack(bits, 1)
+    g = _gaps(indices)
+    if encoding == "delta8":
+        n_esc = g // ESCAPE
+        ends = torch.cumsum(n_esc + 1, 0) - 1          # where each gap's final byte goes
+        out = torch.full((int(ends[-1]) + 1,), ESCAPE, dtype=torch.uint8, device=g.device)
+        out[ends] = (g - ESCAPE * n_esc).to(torch.uint8)
+        return encoding, out
+    if encoding == "varint":
+        nb = _varint_lengths(g)
+        start = torch.cumsum(nb, 0) - nb
+        out = torch.empty(int((start[-1] + nb[-1])), dtype=torch.uint8, device=g.device)
+        for j in range(5):
+            m = nb > j
+            if not bool(m.any()):
+                break
+            byte = (g[m] >> (7 * j)) & 0x7F
+            byte = byte | ((nb[m] > j + 1).long() << 7)   # continuation bit
+            out[start[m] + j] = byte.to(torch.uint8)
+        return encoding, out
+    raise ValueError(f"encoding must be 'auto' or one of {ENCODINGS}, got {encoding!r}")
+
+
+def decode(encoding: str, data: torch.Tensor, k: int, numel: int) -> torch.Tensor:
+    """Inverse of :func:`encode`: k sorted int64 indices."""
+    if encoding == "int32":
+        if data.numel() != 4 * k:
+            raise ValueError(f"int32 index part has {data.numel()} bytes, expected {4 * k}")
+        idx = data.view(torch.int32).long() if data.storage_offset() % 4 == 0 \
+            else data.clone().view(torch.int32).long()
+    elif encoding == "bitmap":
+        idx = unpack(data, 1, numel).nonzero().reshape(-1)
+    elif encoding == "delta8":
+        b = data.long()
+        inc = torch.where(b == ESCAPE, b, b + 1)
+        idx = (torch.cumsum(inc, 0) - 1)[b != ESCAPE]
+    elif encoding == "varint":
+        b = data.long()
+        last = b < 0x80
+        group = torch.cumsum(last.long(), 0) - last.long()
+        start = torch.zeros(int(last.sum()), dtype=torch.long, device=b.device)
+        pos = torch.arange(b.numel(), device=b.device)
+        first_of_group = torch.ones_like(last)
+        first_of_group[1:] = last[:-1]
+        start[group[first_of_group]] = pos[first_of_group]
+        shift = 7 * (pos - start[group])
+        g = torch.zeros_like(start).scatter_add_(0, group, (b & 0x7F) << shift)
+        idx = torch.cumsum(g + 1, 0) - 1
+    else:
+        raise ValueError(f"unknown index encoding {encoding!r}")
+    if idx.numel() != k:
+        raise ValueError(f"index part decodes to {idx.numel()} indices, packet announces {k}")
+    if k and int(idx[-1]) >= numel:
+        raise ValueError(f"decoded index {int(idx[-1])} is out of range for {numel} elements")
+    return idx

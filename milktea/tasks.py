@@ -1,0 +1,214 @@
+"""Training tasks: the seed's quadratic toy and a digits classifier (scikit-learn's
+`load_digits`, which ships offline).
+
+A task hands out plain torch pieces, so the simulator and a real DDP run train the same
+thing from the same initial weights:
+
+    >>> task = Digits(hidden=32, seed=0)
+    >>> model = task.model()                 # same seed -> same initial weights, everywhere
+    >>> x, y = task.shard(rank=0, workers=8) # this worker's share of the training set
+    >>> task.loss(model(x), y).shape         # one loss per example
+    torch.Size([180])
+    >>> sorted(task.evaluate(model))         # on the held-out split
+    ['accuracy', 'loss']
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def _int(name: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+    return int(value)
+
+
+def _check_dtype(dtype) -> torch.dtype:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch dtype (torch.float32, torch.float64), got {dtype!r}")
+    return dtype
+
+
+def _seeded_init(seed: int, build):
+    """Build a module under a fixed torch seed without touching the caller's random state."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build()
+
+
+class Task:
+    """What the simulator (and a DDP run) needs from a task.
+
+    model()              a fresh nn.Module, the same initial weights for the same task
+    shards(workers)      one (x, y) pair of CPU tensors per worker, covering the training set
+    loss(output, y)      per-example loss, shape [batch]
+    evaluate(model)      dict of held-out metrics (always "loss")
+    """
+    name = "task"
+
+    def model(self) -> nn.Module:
+        raise NotImplementedError
+
+    def shards(self, workers: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        raise NotImplementedError
+
+    def shard(self, rank: int, workers: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The share of worker `rank` (0-based) out of `workers`."""
+        workers = _int("workers", workers, 1)
+        rank = _int("rank", rank, 0)
+        if rank >= workers:
+            raise ValueError(f"rank must be < workers ({workers}), got {rank}")
+        return self.shards(workers)[rank]
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        raise NotImplementedError
+
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.model().parameters())
+
+
+class QuadraticModel(nn.Module):
+    """One weight vector w (zeros at start); forward(x) = w - x, one row per example."""
+
+    def __init__(self, n_params: int, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(n_params, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w - x
+
+
+class Quadratic(Task):
+    """The seed's toy: loss 0.5 ||w - w*||^2, gradient w - w*, with w* ~ N(0, 1) drawn by
+    numpy's legacy generator (so `seed=42` gives the seed demo's numbers) and w starting at 0.
+
+    Each worker holds examples x of w*: exactly w* when `noise` is 0, else `samples` noisy
+    copies w* + noise * N(0, 1), so that workers see different gradients.
+
+    >>> task = Quadratic(1000, seed=42)
+    >>> round(task.evaluate(task.model())["error"], 3)    # ||0 - w*||
+    30.956
+    """
+    name = "quadratic"
+
+    def __init__(self, n_params: int = 1000, seed: int = 42, *, noise: float = 0.0, samples: int = 1,
+                 dtype: torch.dtype = torch.float64):
+        self.n = _int("n_params", n_params, 1)
+        self.seed = _int("seed", seed, 0)
+        if not isinstance(noise, (int, float)) or isinstance(noise, bool) or not np.isfinite(noise) or noise < 0:
+            raise ValueError(f"noise must be a number >= 0, got {noise!r}")
+        self.noise = float(noise)
+        self.samples = _int("samples", samples, 1)
+        self.dtype = _check_dtype(dtype)
+        self.optimal = torch.from_numpy(np.random.RandomState(self.seed).randn(self.n)).to(dtype)
+
+    def model(self) -> nn.Module:
+        return QuadraticModel(self.n, self.dtype)
+
+    def shards(self, workers: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        workers = _int("workers", workers, 1)
+        if self.noise == 0:
+            return [(self.optimal[None].clone(), torch.zeros(1)) for _ in range(workers)]
+        rng = np.random.RandomState(self.seed + 1)
+        out = []
+        for _ in range(workers):
+            eps = torch.from_numpy(rng.randn(self.samples, self.n)).to(self.dtype)
+            out.append((self.optimal + self.noise * eps, torch.zeros(self.samples)))
+        return out
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return 0.5 * output.pow(2).sum(-1)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        w = next(model.parameters())
+        err = (w - self.optimal.to(w.device, w.dtype)).norm().item()
+        return {"loss": 0.5 * err * err, "error": err}
+
+    def __repr__(self) -> str:
+        extra = f", noise={self.noise}, samples={self.samples}" if self.noise else ""
+        return f"Quadratic(n_params={self.n}, seed={self.seed}{extra})"
+
+
+@lru_cache(maxsize=1)
+def _load_digits():
+    from sklearn.datasets import load_digits
+    d = load_digits()
+    return d.data.astype(np.float64), d.target.astype(np.int64)
+
+
+class Digits(Task):
+    """8x8 handwritten digits (1797 images, 10 classes), standardized with the training
+    split's statistics. The model is an MLP 64 -> hidden -> 10 (ReLU), or softmax regression
+    with `hidden=0`. `noniid=True` sorts the training set by label before sharding, so each
+    worker sees only a few digits.
+
+    >>> Digits()
+    Digits(hidden=32, train=1437, test=360, seed=0, iid)
+    """
+    name = "digits"
+    features, classes = 64, 10
+
+    def __init__(self, hidden: int = 32, *, seed: int = 0, test_size: float = 0.2, noniid: bool = False,
+                 dtype: torch.dtype = torch.float32):
+        from sklearn.model_selection import train_test_split
+        self.hidden = _int("hidden", hidden, 0)
+        self.seed = _int("seed", seed, 0)
+        if not isinstance(test_size, float) or not 0 < test_size < 1:
+            raise ValueError(f"test_size must be a float in (0, 1), got {test_size!r}")
+        self.noniid = bool(noniid)
+        self.dtype = _check_dtype(dtype)
+        X, y = _load_digits()
+        Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=test_size, random_state=self.seed, stratify=y)
+        mean, std = Xtr.mean(0), Xtr.std(0)
+        std[std == 0] = 1.0                     # pixels that are blank in every training image
+        self.x_train = torch.from_numpy((Xtr - mean) / std).to(dtype)
+        self.x_test = torch.from_numpy((Xte - mean) / std).to(dtype)
+        self.y_train, self.y_test = torch.from_numpy(ytr), torch.from_numpy(yte)
+
+    def model(self) -> nn.Module:
+        def build():
+            if self.hidden == 0:
+                return nn.Linear(self.features, self.classes)
+            return nn.Sequential(nn.Linear(self.features, self.hidden), nn.ReLU(),
+                                 nn.Linear(self.hidden, self.classes))
+        return _seeded_init(self.seed, build).to(self.dtype)
+
+    def shards(self, workers: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        workers = _int("workers", workers, 1)
+        n = len(self.y_train)
+        if workers > n:
+            raise ValueError(f"workers must be <= {n} (one training example each at least), got {workers}")
+        if self.noniid:
+            order = np.argsort(self.y_train.numpy(), kind="stable")
+        else:
+            order = np.random.RandomState(self.seed).permutation(n)
+        parts = np.array_split(order, workers)
+        return [(self.x_train[p], self.y_train[p]) for p in parts]
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(output, target, reduction="none")
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, split: str = "test") -> dict[str, float]:
+        if split not in ("test", "train"):
+            raise ValueError(f"split must be 'test' or 'train', got {split!r}")
+        x, y = (self.x_test, self.y_test) if split == "test" else (self.x_train, self.y_train)
+        p = next(model.parameters())
+        out = model(x.to(p.device, p.dtype))
+        y = y.to(p.device)
+        return {"loss": F.cross_entropy(out, y).item(), "accuracy": (out.argmax(1) == y).float().mean().item()}
+
+    def __repr__(self) -> str:
+        return (f"Digits(hidden={self.hidden}, train={len(self.y_train)}, test={len(self.y_test)}, "
+                f"seed={self.seed}, {'non-iid' if self.noniid else 'iid'})")
