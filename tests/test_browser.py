@@ -272,14 +272,19 @@ STATE_JS = r"""() => {
   };
 }"""
 
-# What the i-th slider's cell shows, without the sliders themselves (their readouts change).
+# What the i-th slider drives: its own cell's output, and the whole notebook's, both
+# without the sliders themselves (their readouts change whatever they drive).
 DRIVEN_JS = r"""(i) => {
   const panel = [...document.querySelectorAll('.jp-NotebookPanel')]
       .find(p => !p.classList.contains('lm-mod-hidden'));
   const slider = panel.querySelectorAll('.jp-OutputArea-output .widget-slider')[i];
-  const area = slider.closest('.jp-Cell').querySelector('.jp-Cell-outputArea').cloneNode(true);
-  area.querySelectorAll('.widget-slider').forEach(s => s.remove());
-  return area.innerHTML;
+  const shown = el => {
+    const copy = el.cloneNode(true);
+    copy.querySelectorAll('.widget-slider').forEach(s => s.remove());
+    return copy.innerHTML;
+  };
+  return [shown(slider.closest('.jp-Cell').querySelector('.jp-Cell-outputArea')),
+          [...panel.querySelectorAll('.jp-Cell-outputArea')].map(shown).join('')];
 }"""
 
 # Bring the i-th slider's view to the top of the notebook for the screenshot.
@@ -290,12 +295,14 @@ SCROLL_JS = r"""(i) => {
   slider.closest('.jp-Cell').querySelector('.jp-Cell-outputArea').scrollIntoView({block: 'start'});
 }"""
 
-READOUT_JS = r"""(i) => {
+# The i-th slider's value as the page holds it (noUiSlider's handle, or a range input).
+VALUE_JS = r"""(i) => {
   const panel = [...document.querySelectorAll('.jp-NotebookPanel')]
       .find(p => !p.classList.contains('lm-mod-hidden'));
   const s = panel.querySelectorAll('.jp-OutputArea-output .widget-slider')[i];
-  const r = s.querySelector('.widget-readout, input');
-  return r ? (r.value !== undefined && r.value !== '' ? r.value : r.textContent) : null;
+  const h = s.querySelector('.noUi-handle');
+  const r = s.querySelector('input[type=range]');
+  return h ? h.getAttribute('aria-valuenow') : (r ? r.value : null);
 }"""
 
 
@@ -356,25 +363,21 @@ def _run_all(page):
 
 
 def _move_slider(page, i: int) -> bool:
-    """Move slider i one way, or the other if it was at its end; True if its value moved."""
+    """Move slider i by keyboard, as a user would; True if its value changed."""
     slider = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) "
                           ".jp-OutputArea-output .widget-slider").nth(i)
     slider.scroll_into_view_if_needed()
-    handle = slider.locator(".noUi-handle")
-    rng = slider.locator("input[type=range]")
-    for key in ("ArrowRight", "ArrowLeft"):
-        before = page.evaluate(READOUT_JS, i)
-        if handle.count():
-            handle.first.focus()
-            for _ in range(2):
-                page.keyboard.press(key)
-        elif rng.count():
-            rng.first.focus()
+    target = slider.locator(".noUi-handle, input[type=range]")
+    if not target.count():
+        return False
+    before = page.evaluate(VALUE_JS, i)
+    # A step or two first; PageUp/Down (several steps) for fine sliders; back if at the end.
+    for key, times in (("ArrowRight", 2), ("PageUp", 1), ("ArrowLeft", 2), ("PageDown", 1)):
+        target.first.focus()
+        for _ in range(times):
             page.keyboard.press(key)
-        else:
-            return False
         page.wait_for_timeout(300)
-        if page.evaluate(READOUT_JS, i) != before:
+        if page.evaluate(VALUE_JS, i) != before:
             return True
     return False
 
@@ -405,7 +408,10 @@ def check_notebook(page, lab: Lab, path: Path, shot: Path | None = None):
         deadline = time.monotonic() + SLIDER_TIMEOUT
         while moved is None and time.monotonic() < deadline:
             page.wait_for_timeout(500)
-            if page.evaluate(DRIVEN_JS, i) != before and _state(page)["kernel"] == "idle":
+            after = page.evaluate(DRIVEN_JS, i)
+            # Its own cell's output, or failing that another cell's (a view split over cells).
+            if (after[0] != before[0] or after[1] != before[1]) and \
+                    _state(page)["kernel"] == "idle":
                 moved = i
         if moved is not None:
             break
