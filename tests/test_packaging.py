@@ -107,3 +107,11 @@ def test_python_version_floor_is_what_the_readme_promises(repo_root):
     project = tomllib.loads((repo_root / "pyproject.toml").read_text())["project"]
     floor = Requirement(f"python{project['requires-python']}").specifier
     assert floor.contains("3.11"), "the README promises Python 3.11"
+
+
+def test_readme_python_examples_run(repo_root):
+    """Every ```python block in the README runs as written."""
+    blocks = re.findall(r"^```python\n(.*?)^```", (repo_root / "README.md").read_text(), re.M | re.S)
+    assert blocks, "README.md has no python example"
+    for code in blocks:
+        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
