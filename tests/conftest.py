@@ -1,4 +1,5 @@
 """Shared test set-up: headless plotting, a sane thread count, the repo root, timings."""
+import json
 import os
 import sys
 from pathlib import Path
@@ -38,7 +39,11 @@ def wall_times(pytestconfig) -> dict:
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    for section, times in config.stash.get(_WALL_TIMES, {}).items():
+    recorded = {k: v for k, v in config.stash.get(_WALL_TIMES, {}).items() if v}
+    if recorded:  # also kept for comparing runs: results/wall_times.json
+        (ROOT / "results").mkdir(exist_ok=True)
+        (ROOT / "results" / "wall_times.json").write_text(json.dumps(recorded, indent=1))
+    for section, times in recorded.items():
         if not times:
             continue
         terminalreporter.section(f"{section}: wall time")

@@ -269,6 +269,7 @@ STATE_JS = r"""() => {
         .map(o => o.textContent).filter(t => t.includes('Error displaying widget'))
         .map(t => t.slice(0, 200)),
     loading: body.includes('Loading widget...'),
+    dialog: text(document.querySelector('.jp-Dialog')).trim().slice(0, 300),
   };
 }"""
 
@@ -318,6 +319,9 @@ def _wait(page, what: str, done, timeout: float, interval: float = 1.0):
         state = _state(page)
         if state and state["errors"]:
             return state
+        if state and state["dialog"]:  # e.g. "Kernel Restarting": the kernel died
+            pytest.fail(f"while waiting for {what}, JupyterLab shows a dialog: "
+                        f"{state['dialog']!r}", pytrace=False)
         if state and done(state):
             return state
         page.wait_for_timeout(interval * 1000)
