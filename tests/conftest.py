@@ -49,4 +49,5 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.section(f"{section}: wall time")
         for name, sec in times.items():
             terminalreporter.write_line(f"{sec:8.1f} s  {name}")
-        terminalreporter.write_line(f"{sum(times.values()):8.1f} s  total")
+        if len(times) > 1 and not section.startswith("slowest"):
+            terminalreporter.write_line(f"{sum(times.values()):8.1f} s  total")
