@@ -200,7 +200,6 @@ def lab(tmp_path_factory):
         _cannot_run("Playwright for Python is not installed (pip install playwright)")
     before = {p: p.read_bytes() for p in CHAPTERS + [FIXTURE]}
     server = Lab(tmp_path_factory.mktemp("jupyter"))
-    leftover = ["(not stopped)"]
     try:
         server.wait_ready()
         yield server
