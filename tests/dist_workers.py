@@ -233,15 +233,18 @@ def emulated_collectives(bandwidth, latency, nbytes):
     log2 = StatsLog()
     x = torch.ones(nbytes // 4)
     dist.barrier()
-    with emulate_torch_collectives(link, log2):
+    with emulate_torch_collectives(link, log2) as torch_dist:   # what PyTorch's hooks call
         t0 = _t.perf_counter()
-        dist.all_reduce(x)
+        torch_dist.all_reduce(x)
         torch_ar = _t.perf_counter() - t0
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    # only PyTorch's hook modules see the proxy; torch.distributed itself is untouched
+    untouched = default_hooks.dist is not dist and dist.all_reduce.__module__.startswith("torch.distributed")
     return {"allreduce": (ar, cost.ring_allreduce_time(nbytes, N, link.link)),
             "allgather": (ag, cost.allgather_time(8, N, link.link) + cost.allgather_time(width, N, link.link)),
             "torch_allreduce": (torch_ar, cost.ring_allreduce_time(nbytes, N, link.link)),
             "sizes": [p.numel() for p in parts], "logged": log.current(0).predicted_comm_s,
-            "sum": float(x[0])}
+            "sum": float(x[0]), "torch_logged": log2.current(0).collectives, "untouched": untouched}
 
 
 def nan_gradient():

@@ -144,7 +144,7 @@ def test_emulated_link_makes_collectives_take_what_the_link_would():
         assert predicted > 0.005 and measured >= predicted, (kind, measured, predicted)
     assert res["sizes"] == [(1 << 20) // 10, (1 << 20) // 10 + 1]
     assert res["sum"] == 2.0                               # the real collective still ran
-    assert res["logged"] > 0.02
+    assert res["logged"] > 0.02 and res["torch_logged"] == 1 and res["untouched"]
 
 
 # --- entry points -------------------------------------------------------------------------
@@ -172,13 +172,17 @@ def test_train_entry_point_with_local_workers_and_under_torchrun(tmp_path):
 def test_compare_table_jsonl_and_plots(tmp_path):
     from milktea.dist.compare import compare
     res = compare(["dense", "torch-fp16", "topk", "auto"], link_gbit=0.5, steps=5, hidden=32,
-                  progress=False, timeout=170, calibrate_sizes=(4096, 1 << 18), profile_steps=2)
+                  progress=False, timeout=170, calibrate_sizes=(4096, 1 << 18))
     rows = {r["scheme"]: r for r in res.rows}
     assert set(rows) == {"dense", "torch-fp16", "topk", "auto"}
     assert rows["dense"]["speedup"] == 1.0 and rows["topk"]["ratio"] > 5
     assert all(r["predicted_ms"] > 0 and 0 <= r["accuracy"] <= 1 for r in rows.values())
     text = res.table()
     assert "Top-1%+EF" in text and "calibrated" in text
+    assert "interleaved" in res.where
     paths = res.save(str(tmp_path))
     assert len(open(paths[0]).read().splitlines()) == 4 * 5      # one record per step per scheme
     assert all(os.path.getsize(p) > 1000 for p in paths[2:])     # the two PNGs
+    seq = compare(["dense", "int8"], link_gbit=None, steps=3, hidden=32, progress=False, timeout=170,
+                  calibrate_sizes=(4096, 1 << 18), interleave=False)
+    assert "one scheme after another" in seq.where and [r["scheme"] for r in seq.rows] == ["dense", "int8"]

@@ -31,13 +31,13 @@ def _check(name: str, ok: bool, detail: str) -> dict:
     return {"target": name, "ok": bool(ok), "detail": detail}
 
 
-def run(hidden: int = 337_000, speed_steps: int = 8, accuracy_steps: int = 60, lr: float = 0.001,
-        momentum: float = 0.9, out: str = "results/bench_dist", parts=("speed", "accuracy", "loopback"),
+def run(hidden: int = 337_000, speed_steps: int = 8, accuracy_steps: int = 150, lr: float = 0.003,
+        momentum: float = 0.0, batch: int = 8, out: str = "results/bench_dist", parts=("speed", "accuracy", "loopback"),
         progress: bool = True) -> dict:
     os.makedirs(out, exist_ok=True)
-    common = dict(hidden=hidden, lr=lr, momentum=momentum, progress=progress)
+    common = dict(hidden=hidden, lr=lr, momentum=momentum, batch=batch, progress=progress)
     report = {"config": dict(hidden=hidden, speed_steps=speed_steps, accuracy_steps=accuracy_steps, lr=lr,
-                             momentum=momentum),
+                             momentum=momentum, batch=batch),
               "checks": []}
     checks = report["checks"]
     if "speed" in parts:
@@ -91,14 +91,15 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m milktea.dist.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--hidden", type=int, default=337_000, help="MLP width (337000: ~25M parameters)")
     ap.add_argument("--speed-steps", type=int, default=8)
-    ap.add_argument("--accuracy-steps", type=int, default=60)
-    ap.add_argument("--lr", type=float, default=0.001)
-    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--accuracy-steps", type=int, default=150)
+    ap.add_argument("--lr", type=float, default=0.003)
+    ap.add_argument("--momentum", type=float, default=0.0)
+    ap.add_argument("--batch", type=int, default=8, help="examples per worker per step")
     ap.add_argument("--parts", default="speed,accuracy,loopback")
     ap.add_argument("--out", default="results/bench_dist")
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
-    run(a.hidden, a.speed_steps, a.accuracy_steps, a.lr, a.momentum, out=a.out, parts=tuple(a.parts.split(",")),
+    run(a.hidden, a.speed_steps, a.accuracy_steps, a.lr, a.momentum, a.batch, out=a.out, parts=tuple(a.parts.split(",")),
         progress=not a.no_progress)
 
 

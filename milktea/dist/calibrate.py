@@ -14,7 +14,9 @@ from milktea import cost
 from milktea.dist.comm import Comm
 from milktea.dist.link import EmulatedLink
 
-DEFAULT_SIZES = (4 << 10, 64 << 10, 1 << 20, 8 << 20)
+# up to 32 MiB: the least-squares fit weighs relative errors, so the large messages that
+# reveal the bandwidth must be large enough for per-call overheads not to blur it
+DEFAULT_SIZES = (16 << 10, 256 << 10, 4 << 20, 32 << 20)
 
 
 def measure_allreduce(sizes=DEFAULT_SIZES, repeats: int = 3, emulated: EmulatedLink | None = None,

@@ -29,48 +29,106 @@ from milktea.dist.report import Comparison, predict_step
 OPTIONAL = ("torch-bf16", "torch-batched-powersgd")
 
 
-def _worker(cfg: dict, names: list[str], link_gbit, latency_us: float, calibrate_sizes, profile_steps: int):
+def _warm_up(names, cfg) -> None:
+    """Run each compressor once on a 1M tensor: its compiled kernels load now, so that
+    the first scheme to use them is not charged for it."""
+    import torch
+    x = torch.randn(1 << 20)
+    for name in names:
+        if name in schemes.MILKTEA:
+            c = schemes.MILKTEA[name][1](cfg.ratio, cfg.powersgd_rank)
+            if c is not None:
+                p = c.compress(x.view(1024, 1024) if name == "powersgd" else x)
+                c.aggregate([p, p])
+
+
+def _error(name, base, e) -> dict:
+    last = traceback.extract_tb(e.__traceback__)[-1]
+    return {"scheme": name, "label": schemes.label(name, base.ratio, base.powersgd_rank),
+            "error": f"{type(e).__name__} {str(e)[:200]} (in {last.name}, "
+                     f"{last.filename.split('site-packages/')[-1]}:{last.lineno})"}
+
+
+def fits_in_memory(n_schemes: int, params: int, workers: int) -> bool:
+    """Whether every scheme's model (weights, gradients, ledger, temporaries: ~4 copies)
+    fits in half the memory available now, on all local workers together."""
+    try:
+        with open("/proc/meminfo") as f:
+            avail = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable"))
+    except (OSError, StopIteration):
+        return n_schemes * params * 16 * workers < 4e9
+    return (n_schemes + 1) * params * 16 * workers < 0.5 * avail
+
+
+def _worker(cfg: dict, names: list[str], link_gbit, latency_us: float, calibrate_sizes,
+            interleave: bool):
     from milktea.dist.calibrate import calibrate_link
     from milktea.dist.link import EmulatedLink
-    from milktea.dist.train import TrainConfig, device_for_rank, profile_compute, train
+    from milktea.dist.train import ComputeProbe, Run, TrainConfig, device_for_rank
     rank = dist.get_rank()
     emulated = EmulatedLink.gbit(link_gbit, latency_us * 1e-6) if link_gbit else None
     model_link = calibrate_link(calibrate_sizes, emulated=emulated, device=device_for_rank())
     base = TrainConfig(**cfg)
-    compute = profile_compute(base, profile_steps)
-    results = []
-    for name in names:
-        run_cfg = dataclasses.replace(base, scheme=name)
-        if rank == 0:
-            report(("start", name, schemes.label(name, base.ratio, base.powersgd_rank), base.steps))
-        on_step = (lambda rec: report(("step", rec))) if rank == 0 else None
+    _warm_up(names, base)
+    probe = ComputeProbe(base)
+    done, failed = {}, {}
+
+    def start(name):
         try:
-            res = train(run_cfg, model_link=model_link, on_step=on_step, link=emulated)
+            return Run(dataclasses.replace(base, scheme=name), model_link, link=emulated)
+        except Exception as e:  # noqa: BLE001 - PyTorch may refuse one of its own hooks here
+            if name not in OPTIONAL:
+                raise
+            failed[name] = _error(name, base, e)
+            return None
+
+    def step(name, run, compute):
+        try:
+            rec = run.step()
         except Exception as e:  # noqa: BLE001
             if name not in OPTIONAL:
                 raise
-            last = traceback.extract_tb(e.__traceback__)[-1]
-            res = {"scheme": name, "label": schemes.label(name, base.ratio, base.powersgd_rank),
-                   "error": f"{type(e).__name__} {str(e)[:200]} (in {last.name}, "
-                            f"{last.filename.split('site-packages/')[-1]}:{last.lineno})"}
+            failed[name] = _error(name, base, e)
+            run.close()
             dist.barrier()
+            return False
+        rec["compute"] = compute
         if rank == 0:
-            report(("done", name))
-        results.append(res)
-    return {"model_link": (model_link.bandwidth, model_link.latency), "compute": compute,
-            "results": results, "backend": dist.get_backend()}
+            report(("step", rec))
+        return True
+
+    # interleaved: step t of every scheme runs in the same round, beside a compute-only
+    # step, so all of them see the same load on the machine; else one scheme after another
+    groups = [names] if interleave else [[n] for n in names]
+    if rank == 0:
+        report(("start", "all schemes" if interleave else "", base.steps * len(names)))
+    for group in groups:
+        runs = {n: r for n in group if (r := start(n)) is not None}
+        for _ in range(base.steps):
+            compute = probe.step()
+            for name in list(runs):
+                if not step(name, runs[name], compute):
+                    del runs[name]
+        done.update({n: r.finish() for n, r in runs.items()})
+    results = [done.get(n) or failed[n] for n in names]
+    if rank == 0:
+        report(("done",))
+    return {"model_link": (model_link.bandwidth, model_link.latency), "compute": probe.median(),
+            "results": results, "backend": dist.get_backend(), "interleaved": interleave}
 
 
 def compare(names=schemes.COMPARE_DEFAULT, *, workers: int = 2, link_gbit: float | None = 1.0,
             latency_us: float = 50.0, netns_gbit: float | None = None, steps: int = 20,
             hidden: int = 256, batch: int = 32, lr: float = 0.05, momentum: float = 0.9, ratio: float = 0.01,
             powersgd_rank: int = 4, seed: int = 0, bucket_cap_mb: float = 25.0,
-            calibrate_sizes=(4 << 10, 64 << 10, 1 << 20, 8 << 20), profile_steps: int = 3,
+            calibrate_sizes=(16 << 10, 256 << 10, 4 << 20, 32 << 20), interleave: bool | None = None,
             progress: bool = True, timeout: float | None = None) -> Comparison:
     """Train with every scheme in `names` on `workers` local ranks; return a Comparison.
 
     link_gbit: emulated link speed (None: the real link as it is, e.g. loopback).
     netns_gbit: instead, a real link shaped by tc between network namespaces (root only).
+    interleave: step the schemes in turns (fair on a busy machine; default: when all the
+    models fit in half the free memory), else one scheme after another.
     """
     names = list(names)
     for n in names:
@@ -83,8 +141,11 @@ def compare(names=schemes.COMPARE_DEFAULT, *, workers: int = 2, link_gbit: float
                seed=seed, bucket_cap_mb=bucket_cap_mb)
     from milktea.dist.train import TrainConfig
     TrainConfig(**cfg)   # check the settings here, before any worker starts
+    if interleave is None:
+        from milktea.tasks import Digits
+        interleave = fits_in_memory(len(names), Digits.features * hidden + hidden * 11 + 10, workers)
     bars = _Progress(progress)
-    args = (cfg, names, link_gbit, latency_us, list(calibrate_sizes), profile_steps)
+    args = (cfg, names, link_gbit, latency_us, list(calibrate_sizes), interleave)
     try:
         if netns_gbit is not None:
             from milktea.dist.netns import NetnsLink
@@ -99,13 +160,14 @@ def compare(names=schemes.COMPARE_DEFAULT, *, workers: int = 2, link_gbit: float
         bars.close()
     model_link = cost.Link(*out["model_link"])
     for res in out["results"]:
-        for rec in res.get("records", []):
-            rec["predicted_s"] = predict_step(out["compute"], rec, model_link, workers)
+        for rec in res.get("records", []):   # priced with the compute measured in the same round
+            rec["predicted_s"] = predict_step(rec.get("compute", out["compute"]), rec, model_link, workers)
+    where += ", schemes interleaved step by step" if out["interleaved"] else ", one scheme after another"
     return Comparison(out["results"], model_link, out["compute"], where, workers, out["backend"], cfg)
 
 
 class _Progress:
-    """tqdm bars in the caller's process (notebook or terminal), fed by rank 0."""
+    """A tqdm bar in the caller's process (notebook or terminal), fed by rank 0."""
 
     def __init__(self, enabled: bool):
         self.enabled, self.bar = enabled, None
@@ -116,10 +178,12 @@ class _Progress:
         from tqdm.auto import tqdm
         if msg[0] == "start":
             self.close()
-            self.bar = tqdm(total=msg[3], desc=f"{msg[2]:<34.34}", leave=True, unit="step")
+            self.bar = tqdm(total=msg[2], desc="compare", unit="step")
         elif msg[0] == "step" and self.bar is not None:
+            rec = msg[1]
             self.bar.update(1)
-            self.bar.set_postfix(loss=f"{msg[1]['loss']:.3f}", ms=f"{1e3 * msg[1]['step_s']:.0f}")
+            self.bar.set_postfix_str(f"{rec['label'][:28]}: step {rec['step']}, loss {rec['loss']:.3f}, "
+                                     f"{1e3 * rec['step_s']:.0f} ms")
         elif msg[0] == "done":
             self.close()
 
@@ -148,6 +212,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--powersgd-rank", type=int, default=4)
     ap.add_argument("--bucket-cap-mb", type=float, default=25.0)
     ap.add_argument("--out", default="results/compare", help="folder for results.jsonl, summary.json, plots")
+    ap.add_argument("--sequential", action="store_true",
+                    help="one scheme after another (default: in turns, when the models fit in memory)")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
@@ -155,7 +221,8 @@ def main(argv: list[str] | None = None) -> None:
     res = compare([s.strip() for s in a.schemes.split(",") if s.strip()], workers=a.workers,
                   link_gbit=link, latency_us=a.latency_us, netns_gbit=a.netns, steps=a.steps,
                   hidden=a.hidden, batch=a.batch, lr=a.lr, momentum=a.momentum, ratio=a.ratio, powersgd_rank=a.powersgd_rank,
-                  bucket_cap_mb=a.bucket_cap_mb, progress=not a.no_progress)
+                  bucket_cap_mb=a.bucket_cap_mb, interleave=False if a.sequential else None,
+                  progress=not a.no_progress)
     print(res.table())
     paths = res.save(a.out, plots=not a.no_plots)
     print("wrote " + ", ".join(paths), file=sys.stderr)

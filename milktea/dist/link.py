@@ -9,7 +9,7 @@ time the cost model gives for the bytes really sent, counted on a per-process ti
 of the link: a collective starts when it is issued and the link is free, so queued
 collectives wait for each other as on a real wire. No privileges needed.
 For PyTorch's own hooks (which call `torch.distributed.all_reduce` themselves),
-`emulate_torch_collectives(link)` routes those calls through the same link.
+`emulate_torch_collectives(link)` routes their calls (and only theirs) through the same link.
 """
 from __future__ import annotations
 
@@ -101,34 +101,65 @@ class _SlowWork:
         return self._work.get_future().then(slow)
 
 
-@contextlib.contextmanager
-def emulate_torch_collectives(link: EmulatedLink | None, log=None, step=lambda: 0):
-    """Inside the block, `torch.distributed.all_reduce` (as PyTorch's fp16 and PowerSGD
-    hooks call it) goes through `link` and is counted in `log` (a StatsLog): bytes, and
-    the time from issue until the result (and the link) is ready."""
-    import torch.distributed as dist
-    real = dist.all_reduce
+class _DistProxy:
+    """Stands in for `torch.distributed` inside PyTorch's hook modules only: all_reduce goes
+    through the active link and log; everything else, and all other code, is untouched."""
 
-    def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+    def __init__(self, real):
+        self._real = real
+        self.active = None   # (link, log, step function) of the PyTorch hook now running
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def all_reduce(self, tensor, op=None, group=None, async_op=False):
+        real = self._real
+        op = real.ReduceOp.SUM if op is None else op
+        if self.active is None:
+            return real.all_reduce(tensor, op=op, group=group, async_op=async_op)
+        link, log, step = self.active
         issued = time.perf_counter()
-        work = real(tensor, op=op, group=group, async_op=True)
-        workers = dist.get_world_size(group)
+        work = real.all_reduce(tensor, op=op, group=group, async_op=True)
+        workers = real.get_world_size(group)
         nbytes = tensor.numel() * tensor.element_size()
         predicted = link.predict("allreduce", nbytes, workers) if link is not None else 0.0
         end = link.occupy(issued, predicted) if link is not None else issued
         s = step()
+        done = None
         if log is not None:
             log.add(s, payload_bytes=nbytes, wire_bytes=allreduce_wire_bytes(nbytes, workers),
                     predicted_comm_s=predicted, collectives=1, op=("allreduce", nbytes))
-        done = (lambda: log.add(s, comm_s=time.perf_counter() - issued)) if log is not None else None
+            done = lambda: log.add(s, comm_s=time.perf_counter() - issued)  # noqa: E731
         slow = _SlowWork(work, end, done)
         if async_op:
             return slow
         slow.wait()
         return None
 
-    dist.all_reduce = all_reduce
+
+_proxy: _DistProxy | None = None
+
+
+def torch_hook_proxy() -> _DistProxy:
+    """Install (once) the proxy as `dist` in PyTorch's default_hooks and powerSGD_hook."""
+    global _proxy
+    if _proxy is None:
+        import torch.distributed as dist
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+        _proxy = _DistProxy(dist)
+        default_hooks.dist = _proxy
+        powerSGD_hook.dist = _proxy
+    return _proxy
+
+
+@contextlib.contextmanager
+def emulate_torch_collectives(link: EmulatedLink | None, log=None, step=lambda: 0):
+    """Inside the block, the all-reduces of PyTorch's own DDP hooks (fp16, bf16, PowerSGD)
+    go through `link` and are counted in `log` (a StatsLog): bytes, and the time from
+    issue until the result (and the link) is ready. Other code is not affected."""
+    proxy = torch_hook_proxy()
+    before, proxy.active = proxy.active, (link, log, step)
     try:
-        yield
+        yield proxy
     finally:
-        dist.all_reduce = real
+        proxy.active = before

@@ -9,7 +9,6 @@ PyTorch's hooks via `emulate_torch_collectives`), so step times compare fairly.
 """
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
 
@@ -17,7 +16,7 @@ import torch
 
 from milktea.compressors import QSGD, Cast, Chain, PowerSGD, Quantize, RandomK, Sign, TernGrad, TopK
 from milktea.dist import hooks
-from milktea.dist.link import EmulatedLink, emulate_torch_collectives
+from milktea.dist.link import EmulatedLink, torch_hook_proxy
 from milktea.dist.stats import StatsLog
 
 # name: (label, compressor factory(ratio, rank), error feedback)
@@ -60,21 +59,23 @@ class Handle:
     label: str
     stats: StatsLog
     state: object
-    _exit: contextlib.ExitStack
 
     def close(self) -> None:
-        if hasattr(self.state, "close"):
-            self.state.close()
-        self._exit.close()
+        self.state.close()
 
 
 class _TorchHookState:
-    """Wraps one of PyTorch's hooks: counts its collectives, closes a step at the last bucket."""
+    """Wraps one of PyTorch's hooks: routes its all-reduces through the link (see
+    emulate_torch_collectives), counts them, closes a step at the last bucket."""
 
-    def __init__(self, hook, inner, log: StatsLog):
-        self.hook, self.inner, self.log, self.step = hook, inner, log, 0
+    def __init__(self, hook, inner, log: StatsLog, link):
+        self.hook, self.inner, self.log, self.link, self.step = hook, inner, log, link, 0
+        self.proxy = torch_hook_proxy()
 
     def __call__(self, bucket):
+        # this model's buckets are all handed over before another model's step starts,
+        # and their callbacks finish before backward() returns: one active route at a time
+        self.proxy.active = (self.link, self.log, lambda: self.step)
         t0 = time.perf_counter()
         fut = self.hook(self.inner, bucket)
         # what the hook does before it returns (casting, PowerSGD's first product) counts as
@@ -90,12 +91,16 @@ class _TorchHookState:
             fut = fut.then(close)
         return fut
 
+    def close(self) -> None:
+        if self.proxy.active is not None and self.proxy.active[1] is self.log:
+            self.proxy.active = None
+
 
 def _call(state, bucket):  # no annotations: DDP checks them
     return state(bucket)
 
 
-def _torch_hook(name, model, rank, start_step, link, log, exit_stack):
+def _torch_hook(name, model, rank, start_step, link, log):
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
     if name == "torch-fp16":
         hook, inner = default_hooks.fp16_compress_hook, None
@@ -108,9 +113,8 @@ def _torch_hook(name, model, rank, start_step, link, log, exit_stack):
                                             use_error_feedback=True, warm_start=True)
         hook = (powerSGD_hook.powerSGD_hook if name == "torch-powersgd"
                 else powerSGD_hook.batched_powerSGD_hook)
-    state = _TorchHookState(hook, inner, log)
+    state = _TorchHookState(hook, inner, log, link)
     model.register_comm_hook(state, _call)
-    exit_stack.enter_context(emulate_torch_collectives(link, log, step=lambda: state.step))
     return state
 
 
@@ -119,10 +123,9 @@ def build(name: str, model, *, ratio: float = 0.01, rank: int = 4, link: Emulate
     """Register scheme `name` (see SCHEMES) on DDP `model`."""
     if name not in SCHEMES:
         raise ValueError(f"unknown scheme {name!r}; choose from {', '.join(SCHEMES)}")
-    stack = contextlib.ExitStack()
     log = StatsLog(keep=keep_stats)
     if name in TORCH:
-        state = _torch_hook(name, model, rank, start_step, link, log, stack)
+        state = _torch_hook(name, model, rank, start_step, link, log)
     else:
         _, factory, ef = MILKTEA[name]
         options = dict(error_feedback=ef, start_step=start_step, min_size=min_size, link=link,
@@ -131,4 +134,4 @@ def build(name: str, model, *, ratio: float = 0.01, rank: int = 4, link: Emulate
             options.update(policy="auto", model_link=model_link)
         state = hooks.compress(model, factory(ratio, rank), **options)
         log = state.stats
-    return Handle(name, label(name, ratio, rank), log, state, stack)
+    return Handle(name, label(name, ratio, rank), log, state)

@@ -77,34 +77,112 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
+class ComputeProbe:
+    """The same model and data without DDP or any communication: times forward, backward
+    and optimizer step (the compute the cost model adds to the link time). Stepped between
+    the schemes in a comparison, it sees the same load on the cores as they do."""
+
+    def __init__(self, cfg: TrainConfig):
+        from milktea.tasks import Digits
+        self.device = device_for_rank()
+        self.task = Digits(hidden=cfg.hidden, seed=cfg.seed)
+        x, y = self.task.shard(dist.get_rank(), dist.get_world_size())
+        self.model = self.task.model().to(self.device)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+        self.data = _batches(x.to(self.device), y.to(self.device), cfg.batch, cfg.seed, dist.get_rank())
+        self.history: list[dict] = []
+
+    def step(self) -> dict:
+        xb, yb = next(self.data)
+        self.opt.zero_grad(set_to_none=False)
+        t = [time.perf_counter()]
+        loss = self.task.loss(self.model(xb), yb).mean()
+        for work in (lambda: None, loss.backward, self.opt.step):
+            work()
+            _sync(self.device)
+            t.append(time.perf_counter())
+        rec = {"forward_s": t[1] - t[0], "backward_s": t[2] - t[1], "optimizer_s": t[3] - t[2]}
+        self.history.append(rec)
+        return rec
+
+    def median(self, skip: int = 1) -> dict:
+        rows = self.history[skip:] or self.history
+        return {k: sorted(r[k] for r in rows)[len(rows) // 2] for k in rows[0]}
+
+
 def profile_compute(cfg: TrainConfig, steps: int = 5) -> dict:
-    """Seconds of forward, backward and optimizer step without any communication (the
-    compute the cost model adds to the link time). Run on every rank at once, so the
-    ranks compete for the cores as they do in training."""
-    from milktea.tasks import Digits
-    device = device_for_rank()
-    task = Digits(hidden=cfg.hidden, seed=cfg.seed)
-    x, y = task.shard(dist.get_rank(), dist.get_world_size())
-    model = task.model().to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
-    data = _batches(x.to(device), y.to(device), cfg.batch, cfg.seed, dist.get_rank())
-    times = {"forward_s": [], "backward_s": [], "optimizer_s": []}
+    """Median seconds of forward, backward and optimizer step with no communication."""
+    probe = ComputeProbe(cfg)
     for _ in range(steps + 1):   # the first step warms up allocations
-        xb, yb = next(data)
-        opt.zero_grad(set_to_none=False)
+        probe.step()
+    return probe.median()
+
+
+class Run:
+    """One scheme training on this rank, one step at a time (see train())."""
+
+    def __init__(self, cfg: TrainConfig | dict, model_link=None, link=None):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from milktea.tasks import Digits
+        self.cfg = cfg = cfg if isinstance(cfg, TrainConfig) else TrainConfig(**cfg)
+        rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.device = device_for_rank()
+        link = link if link is not None else emulated_link(cfg)
+        self.task = Digits(hidden=cfg.hidden, seed=cfg.seed)
+        x, y = self.task.shard(rank, self.world)
+        self.net = self.task.model().to(self.device)
+        self.model = DDP(self.net, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                         bucket_cap_mb=cfg.bucket_cap_mb, gradient_as_bucket_view=True)
+        self.handle = schemes.build(cfg.scheme, self.model, ratio=cfg.ratio, rank=cfg.powersgd_rank, link=link,
+                                    model_link=model_link, start_step=cfg.start_step, min_size=cfg.min_size)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+        self.data = _batches(x.to(self.device), y.to(self.device), cfg.batch, cfg.seed, rank)
+        self.records: list[dict] = []
+
+    def step(self) -> dict:
+        xb, yb = next(self.data)
         t0 = time.perf_counter()
-        loss = task.loss(model(xb), yb).mean()
-        _sync(device)
-        t1 = time.perf_counter()
+        self.opt.zero_grad(set_to_none=False)
+        loss = self.task.loss(self.model(xb), yb).mean()
         loss.backward()
-        _sync(device)
-        t2 = time.perf_counter()
-        opt.step()
-        _sync(device)
-        t3 = time.perf_counter()
-        for k, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2)):
-            times[k].append(dt)
-    return {k: sorted(v[1:])[len(v[1:]) // 2] for k, v in times.items()}
+        self.opt.step()
+        _sync(self.device)
+        step_s = time.perf_counter() - t0
+        loss_v = float(loss.detach())
+        if loss_v != loss_v or loss_v in (float("inf"), float("-inf")):
+            raise FloatingPointError(f"the loss became {loss_v} at step {len(self.records)} with scheme "
+                                     f"{self.cfg.scheme}; try a smaller --lr")
+        hist = self.handle.stats.history
+        st = hist[-1] if len(hist) > len(self.records) else None
+        rec = {"scheme": self.cfg.scheme, "label": self.handle.label, "step": len(self.records),
+               "loss": loss_v, "step_s": step_s,
+               **({k: v for k, v in st.to_dict().items() if k != "step"} if st else {})}
+        self.records.append(rec)
+        return rec
+
+    def close(self) -> None:
+        self.handle.close()
+
+    def finish(self) -> dict:
+        """Stop the hook, average the losses over ranks (step time: the slowest rank's),
+        evaluate on the held-out split; the same summary on every rank."""
+        self.close()
+        records = self.records
+        mine = torch.tensor([[r["loss"], r["step_s"]] for r in records], dtype=torch.float64)
+        every = [torch.empty_like(mine) for _ in range(self.world)]
+        dist.all_gather(every, mine)
+        stacked = torch.stack(every)
+        for i, r in enumerate(records):
+            r["loss"] = float(stacked[:, i, 0].mean())
+            r["step_s"] = float(stacked[:, i, 1].max())
+        stats = self.handle.stats
+        return {"config": asdict(self.cfg), "scheme": self.cfg.scheme, "label": self.handle.label,
+                "workers": self.world, "params": sum(p.numel() for p in self.net.parameters()),
+                "final": self.task.evaluate(self.net),
+                "stats": stats.mean(skip=min(self.cfg.start_step + 1, max(0, len(records) - 1))),
+                "decisions": sorted(getattr(self.handle.state, "decisions", {}).values(),
+                                    key=lambda d: d["bucket"]),
+                "records": records}
 
 
 def train(cfg: TrainConfig | dict, model_link=None, on_step=None, link=None) -> dict:
@@ -114,58 +192,15 @@ def train(cfg: TrainConfig | dict, model_link=None, on_step=None, link=None) -> 
 
     on_step(record) is called on every rank after each step; `link` overrides
     cfg.link_gbit with an EmulatedLink; `model_link` is the cost.Link the auto policy uses."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    from milktea.tasks import Digits
-    cfg = cfg if isinstance(cfg, TrainConfig) else TrainConfig(**cfg)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    device = device_for_rank()
-    link = link if link is not None else emulated_link(cfg)
-    task = Digits(hidden=cfg.hidden, seed=cfg.seed)
-    x, y = task.shard(rank, world)
-    net = task.model().to(device)
-    model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None,
-                bucket_cap_mb=cfg.bucket_cap_mb, gradient_as_bucket_view=True)
-    handle = schemes.build(cfg.scheme, model, ratio=cfg.ratio, rank=cfg.powersgd_rank, link=link,
-                           model_link=model_link, start_step=cfg.start_step, min_size=cfg.min_size)
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
-    data = _batches(x.to(device), y.to(device), cfg.batch, cfg.seed, rank)
-    records = []
+    run = Run(cfg, model_link, link)
     try:
-        for step in range(cfg.steps):
-            xb, yb = next(data)
-            t0 = time.perf_counter()
-            opt.zero_grad(set_to_none=False)
-            loss = task.loss(model(xb), yb).mean()
-            loss.backward()
-            opt.step()
-            _sync(device)
-            step_s = time.perf_counter() - t0
-            loss_v = float(loss.detach())
-            if loss_v != loss_v or loss_v in (float("inf"), float("-inf")):
-                raise FloatingPointError(f"the loss became {loss_v} at step {step} with scheme "
-                                         f"{cfg.scheme}; try a smaller --lr")
-            st = handle.stats.history[-1] if len(handle.stats.history) > len(records) else None
-            rec = {"scheme": cfg.scheme, "label": handle.label, "step": step, "loss": loss_v,
-                   "step_s": step_s, **({k: v for k, v in st.to_dict().items() if k != "step"} if st else {})}
-            records.append(rec)
+        for _ in range(run.cfg.steps):
+            rec = run.step()
             if on_step is not None:
                 on_step(rec)
     finally:
-        handle.close()
-    # average the per-step loss over ranks, take the slowest rank's step time
-    losses = torch.tensor([[r["loss"], r["step_s"]] for r in records], dtype=torch.float64)
-    every = [torch.empty_like(losses) for _ in range(world)]
-    dist.all_gather(every, losses)
-    stacked = torch.stack(every)
-    for i, r in enumerate(records):
-        r["loss"] = float(stacked[:, i, 0].mean())
-        r["step_s"] = float(stacked[:, i, 1].max())
-    final = task.evaluate(net)
-    return {"config": asdict(cfg), "scheme": cfg.scheme, "label": handle.label, "workers": world,
-            "params": sum(p.numel() for p in net.parameters()), "final": final,
-            "stats": handle.stats.mean(skip=min(cfg.start_step + 1, max(0, len(records) - 1))),
-            "decisions": sorted(getattr(handle.state, "decisions", {}).values(), key=lambda d: d["bucket"]),
-            "records": records}
+        run.close()
+    return run.finish()
 
 
 def _parse(argv):
