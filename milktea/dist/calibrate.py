@@ -14,15 +14,16 @@ from milktea import cost
 from milktea.dist.comm import Comm
 from milktea.dist.link import EmulatedLink
 
-# up to 32 MiB: the least-squares fit weighs relative errors, so the large messages that
-# reveal the bandwidth must be large enough for per-call overheads not to blur it
-DEFAULT_SIZES = (16 << 10, 256 << 10, 4 << 20, 32 << 20)
+# The fit weighs relative errors: one small message for the latency, three large ones (up
+# to 32 MiB) so that per-call overheads on a fast local link do not blur the bandwidth.
+DEFAULT_SIZES = (64 << 10, 4 << 20, 16 << 20, 32 << 20)
 
 
 def measure_allreduce(sizes=DEFAULT_SIZES, repeats: int = 3, emulated: EmulatedLink | None = None,
                       group=None, device=None) -> tuple[list[int], list[float]]:
-    """Median seconds of a dense float32 all-reduce of each size (bytes), through `emulated`
-    when given. Call on every rank at the same time."""
+    """Seconds of a dense float32 all-reduce of each size (bytes), through `emulated` when
+    given: the fastest of `repeats` tries (noise on a shared machine only ever adds time;
+    small messages get 3x the tries), on the slowest rank. Call on every rank at once."""
     comm = Comm(group, emulated)
     device = device or torch.device("cpu")
     out = []
@@ -30,17 +31,17 @@ def measure_allreduce(sizes=DEFAULT_SIZES, repeats: int = 3, emulated: EmulatedL
         t = torch.ones(max(1, int(nbytes) // 4), device=device)
         comm.all_reduce(t)   # warm-up: connections, allocations
         times = []
-        for _ in range(repeats):
+        for _ in range(repeats * (3 if nbytes <= 1 << 20 else 1)):
             dist.barrier(group=group)
             t0 = time.perf_counter()
             comm.all_reduce(t)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             times.append(time.perf_counter() - t0)
-        # every rank must agree: take the slowest rank's median
-        med = torch.tensor([sorted(times)[len(times) // 2]], dtype=torch.float64)
-        dist.all_reduce(med, op=dist.ReduceOp.MAX, group=group)
-        out.append(float(med))
+        # every rank must agree: take the slowest rank's figure
+        best = torch.tensor([min(times)], dtype=torch.float64)
+        dist.all_reduce(best, op=dist.ReduceOp.MAX, group=group)
+        out.append(float(best))
     return [int(s) for s in sizes], out
 
 

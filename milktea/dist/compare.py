@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from milktea import cost
 from milktea.dist import schemes
+from milktea.dist.calibrate import DEFAULT_SIZES
 from milktea.dist.launch import launch, report
 from milktea.dist.report import Comparison, predict_step
 
@@ -121,7 +122,7 @@ def compare(names=schemes.COMPARE_DEFAULT, *, workers: int = 2, link_gbit: float
             latency_us: float = 50.0, netns_gbit: float | None = None, steps: int = 20,
             hidden: int = 256, batch: int = 32, lr: float = 0.05, momentum: float = 0.9, ratio: float = 0.01,
             powersgd_rank: int = 4, seed: int = 0, bucket_cap_mb: float = 25.0,
-            calibrate_sizes=(16 << 10, 256 << 10, 4 << 20, 32 << 20), interleave: bool | None = None,
+            calibrate_sizes=DEFAULT_SIZES, interleave: bool | None = None,
             progress: bool = True, timeout: float | None = None) -> Comparison:
     """Train with every scheme in `names` on `workers` local ranks; return a Comparison.
 
