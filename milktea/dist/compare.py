@@ -135,6 +135,8 @@ def compare(names=schemes.COMPARE_DEFAULT, *, workers: int = 2, link_gbit: float
     for n in names:
         if n not in schemes.SCHEMES:
             raise ValueError(f"unknown scheme {n!r}; choose from {', '.join(schemes.SCHEMES)}")
+    if len(set(names)) != len(names) or not names:
+        raise ValueError(f"give each scheme once (and at least one), got {names}")
     if netns_gbit is not None and link_gbit is not None:
         raise ValueError("choose link_gbit (emulated) or netns_gbit (shaped namespaces), not both")
     cfg = dict(steps=steps, hidden=hidden, batch=batch, lr=lr, momentum=momentum, ratio=ratio,
