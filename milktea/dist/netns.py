@@ -28,8 +28,12 @@ _counter = itertools.count()
 _live: set[str] = set()  # namespaces this process created and has not removed yet
 
 
+_probed: list = []
+
+
 def unavailable_reason() -> str | None:
-    """None if shaped namespaces can be built here, else why not (for skip messages)."""
+    """None if shaped namespaces can be built here, else why not (for skip messages).
+    Tries it once: a throw-away namespace with a bridge, a veth pair and a tbf qdisc."""
     if not os.path.exists("/proc/self/ns/net"):
         return "network namespaces need Linux"
     if os.geteuid() != 0:
@@ -37,7 +41,22 @@ def unavailable_reason() -> str | None:
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
             return f"the '{tool}' command is missing (install iproute2)"
-    return None
+    if not _probed:
+        ns = f"mt{os.getpid()}xprobe"
+        steps = [("ip", "netns", "add", ns),
+                 ("ip", "netns", "exec", ns, "ip", "link", "add", "br0", "type", "bridge"),
+                 ("ip", "netns", "exec", ns, "ip", "link", "add", "a0", "type", "veth", "peer", "name", "b0"),
+                 ("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "a0", "root", "tbf",
+                  "rate", "1gbit", "burst", "64kb", "latency", "100ms")]
+        reason = None
+        for cmd in steps:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+            if r.returncode != 0:
+                reason = f"`{' '.join(cmd[-6:])}` failed here: {(r.stderr or r.stdout).strip()[:200]}"
+                break
+        subprocess.run(["ip", "netns", "delete", ns], capture_output=True, timeout=30)
+        _probed.append(reason)
+    return _probed[0]
 
 
 def _run(*cmd: str) -> None:
@@ -69,7 +88,7 @@ def remove_stale() -> list[str]:
     r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30)
     removed = []
     for line in r.stdout.splitlines():
-        m = re.match(r"(mt(\d+)x\d+[hr]\d*)\b", line.strip())
+        m = re.match(r"(mt(\d+)x(?:\d+[hr]\d*|probe))\b", line.strip())
         if m and not os.path.exists(f"/proc/{m.group(2)}"):
             _delete(m.group(1))
             removed.append(m.group(1))
