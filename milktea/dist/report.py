@@ -134,7 +134,7 @@ class Comparison:
         ax.set_yticks(range(len(rows)), [r["label"] for r in rows])
         ax.invert_yaxis()
         ax.set_xlabel("ms per step")
-        ax.set_title(f"step time, {self.where}")
+        ax.set_title(f"step time, {self.where.split(',')[0]}")
         ax.legend(loc="lower right", fontsize="small")
         return ax
 

@@ -106,7 +106,7 @@ class ComputeProbe:
     def step(self) -> dict:
         xb, yb = next(self.data)
         t = [time.perf_counter()]
-        self.opt.zero_grad(set_to_none=False)
+        self.opt.zero_grad(set_to_none=True)   # DDP re-points .grad at its bucket: no zeroing pass
         loss = self.task.loss(self.model(xb), yb).mean()
         for work in (lambda: None, loss.backward, self.opt.step):
             work()
@@ -153,7 +153,7 @@ class Run:
     def step(self) -> dict:
         xb, yb = next(self.data)
         t0 = time.perf_counter()
-        self.opt.zero_grad(set_to_none=False)
+        self.opt.zero_grad(set_to_none=True)   # DDP re-points .grad at its bucket: no zeroing pass
         loss = self.task.loss(self.model(xb), yb).mean()
         loss.backward()
         self.opt.step()
