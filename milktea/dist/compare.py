@@ -105,9 +105,12 @@ def _worker(cfg: dict, names: list[str], link_gbit, latency_us: float, calibrate
         report(("start", "all schemes" if interleave else "", base.steps * len(names)))
     for group in groups:
         runs = {n: r for n in group if (r := start(n)) is not None}
-        for _ in range(base.steps):
+        for t in range(base.steps):
+            # the compute probe first (its time prices this round), then the schemes, starting
+            # one further each round so that none always runs right after the same neighbour
             compute = probe.step()
-            for name in list(runs):
+            order = list(runs)
+            for name in order[t % max(1, len(order)):] + order[:t % max(1, len(order))]:
                 if not step(name, runs[name], compute):
                     del runs[name]
         done.update({n: r.finish() for n, r in runs.items()})
