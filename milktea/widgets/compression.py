@@ -1,0 +1,42 @@
+"""View for chapter 02: keep fewer entries, write each with fewer bits, and watch R and
+the error move along the trade-off curves."""
+from __future__ import annotations
+
+import ipywidgets as w
+import torch
+
+from ..experiments.compression import BITS, build_scheme, measure, received, tradeoff
+from ..experiments.gradients import flat_gradient
+from ..plots.compression import received_plot, tradeoff_plot
+from .panel import slider_style, table, view
+
+
+def compression_view(tensor: torch.Tensor | None = None, share: float = 0.1, bits: int = 32) -> w.VBox:
+    """Two knobs, the two families: `share` of entries kept (Top-K or Random-K) and `bits`
+    per kept value. Every redraw compresses `tensor` (by default the digits MLP's gradient)
+    for real and measures the packet (milktea.experiments.compression)."""
+    g = flat_gradient() if tensor is None else tensor
+    curves = tradeoff(g)
+    s = slider_style()
+    controls = {
+        "share": w.FloatLogSlider(value=share, base=10, min=-3, max=0, description="share of entries kept", **s),
+        "bits": w.SelectionSlider(options=list(BITS), value=bits, description="bits per kept value", **s),
+        "sparsifier": w.ToggleButtons(options=[("Top-K", "topk"), ("Random-K", "randomk")], value="topk",
+                                      description="which entries"),
+    }
+
+    def update(share, bits, sparsifier):
+        scheme = build_scheme(share, bits, sparsifier)
+        m = measure(scheme, g)
+        orig, back = received(build_scheme(share, bits, sparsifier), g)
+        html = table([("scheme", m.name), ("wire bytes", f"{m.wire_bytes:,} of {m.dense_bytes:,}"),
+                      ("R", f"{m.ratio:.1f}x"), ("relative error", f"{m.rel_error:.3f}"),
+                      ("cosine with the gradient", f"{m.cosine:.3f}")])
+
+        def draw(fig):
+            a, b = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.4, 1]})
+            tradeoff_plot(curves, a, highlight=m)
+            received_plot(orig, back, b, title=f"every entry, {m.name}")
+        return html, draw
+
+    return view(controls, update, figsize=(11, 3.8), title="Compress the report")
