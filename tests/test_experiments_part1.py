@@ -309,3 +309,33 @@ def test_compare_feedback_runs_three_schemes():
     assert runs["Top-K + ledger"].config["error_feedback"] and not runs["Top-K, no ledger"].config["error_feedback"]
     assert runs["Top-K + ledger"].ratio > 10
     assert torch.get_num_threads() >= 1
+
+
+@pytest.mark.parametrize("name", ["milktea.experiments.bottleneck", "milktea.experiments.compression",
+                                  "milktea.experiments.topk", "milktea.experiments.ledger",
+                                  "milktea.experiments.report", "milktea.experiments.gradients",
+                                  "milktea.widgets"])
+def test_docstring_examples_part1(name):
+    import doctest
+    import importlib
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0, f"{result.failed} docstring example(s) failed in {name}"
+
+
+def test_averaged_error_random_k_is_unbiased_top_k_is_not():
+    g = torch.randn(2000, generator=torch.Generator().manual_seed(6))
+    d = T.averaged_error(g, 0.05, draws=(1, 16, 256))
+    assert d["Random-K (scaled)"][0] > d["Random-K (scaled)"][1] > d["Random-K (scaled)"][2]
+    assert len(set(d["Top-K"])) == 1
+    top = TopK(k=100)
+    assert d["Top-K"][0] == pytest.approx(float((top.decompress(top.compress(g)) - g).norm() / g.norm()), rel=1e-6)
+
+
+def test_markdown_table():
+    from milktea.experiments.report import markdown_table
+    text = markdown_table([{"a": 1, "b": 0.123456}, {"a": 2, "b": 3.0}], formats={"a": "{:03d}"})
+    assert text.splitlines() == ["| a | b |", "|---|---|", "| 001 | 0.1235 |", "| 002 | 3 |"]
+    with pytest.raises(ValueError, match="no rows"):
+        markdown_table([])
+    with pytest.raises(ValueError, match="not shown"):
+        markdown_table([{"a": 1}], formats={"z": "{}"})

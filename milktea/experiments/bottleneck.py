@@ -210,6 +210,11 @@ class PhoneNight:
     head_office_hours: float     # every branch reads to head office, which reads the sum back
     ring_hours: float            # each branch phones only its neighbour (ring all-reduce)
 
+    def __repr__(self) -> str:
+        return (f"PhoneNight({self.branches} branches, {self.lines} lines at {self.lines_per_second:g}/s: "
+                f"head office {seconds(self.head_office_hours * 3600)}, ring {seconds(self.ring_hours * 3600)}, "
+                f"work {seconds(self.work_hours * 3600)})")
+
 
 def phone_night(branches: int = 64, lines: int = 5000, lines_per_second: float = 0.5,
                 work_hours: float = 0.5) -> PhoneNight:

@@ -75,8 +75,7 @@ class Measurement:
 
     def as_row(self) -> dict:
         return {"scheme": self.name, "family": self.family, "wire bytes": self.wire_bytes,
-                "R": round(self.ratio, 2), "relative error": round(self.rel_error, 3),
-                "cosine": round(self.cosine, 3)}
+                "R": self.ratio, "relative error": self.rel_error, "cosine": self.cosine}
 
 
 def measure(compressor: Compressor, tensor: torch.Tensor) -> Measurement:
@@ -112,12 +111,10 @@ def tradeoff(tensor: torch.Tensor, ratios=(0.3, 0.1, 0.03, 0.01, 0.003, 0.001),
              bits=(8, 4, 2)) -> dict[str, list[Measurement]]:
     """R against what is kept, one curve per family: Top-K over `ratios`, Random-K over
     the same, absmax quantization over `bits` (then Sign, 1 bit), Top-K + 8-bit values."""
-    n = tensor.numel()
-    ks = [max(1, int(round(r * n))) for r in ratios]
-    return {"Top-K": [measure(TopK(k=k), tensor) for k in ks],
-            "Random-K": [measure(RandomK(k=k), tensor) for k in ks],
+    return {"Top-K": [measure(TopK(r), tensor) for r in ratios],
+            "Random-K": [measure(RandomK(r), tensor) for r in ratios],
             "quantize": [measure(Quantize(b), tensor) for b in bits] + [measure(Sign(), tensor)],
-            "Top-K + int8": [measure(Chain(TopK(k=k), Quantize(8)), tensor) for k in ks]}
+            "Top-K + int8": [measure(Chain(TopK(r), Quantize(8)), tensor) for r in ratios]}
 
 
 def exchange_times(dense_bytes: float, ratio: float, workers, link: cost.Link) -> dict:

@@ -60,6 +60,7 @@ class SelectionTiming:
     sizes: list[int]
     density: float
     device: str
+    threads: int
     times: dict[str, list[float]] = field(default_factory=dict)
     counts: dict[str, list[int]] = field(default_factory=dict)
 
@@ -68,19 +69,30 @@ class SelectionTiming:
 
     def __repr__(self) -> str:
         last = {k: f"{v[-1] * 1e3:.3g} ms" for k, v in self.times.items()}
-        return f"SelectionTiming(n={self.sizes[-1]:,}, density {self.density:g}, {self.device}: {last})"
+        return (f"SelectionTiming(n={self.sizes[-1]:,}, density {self.density:g}, {self.device}, "
+                f"{self.threads} thread(s): {last})")
 
 
 def time_selection(sizes=(10_000, 100_000, 1_000_000), density: float = 0.01, repeats: int = 3,
-                   device=None, seed: int = 0) -> SelectionTiming:
+                   device=None, seed: int = 0, threads: int | None = 1) -> SelectionTiming:
     """Time every selector on the same random tensor of each size (median of `repeats`,
     after one warm-up call). The tensor is Gaussian: how long selection takes hardly
-    depends on the values. Timings vary from run to run and machine to machine."""
+    depends on the values. Timings vary from run to run and machine to machine.
+
+    threads: CPU threads while timing (1 by default: this compares the algorithms, not the
+    thread pools, and stays steady when other programs share the cores; None: as is)."""
     check_ratio(density)
+    if threads is not None:
+        old = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return time_selection(sizes, density, repeats, device, seed, threads=None)
+        finally:
+            torch.set_num_threads(old)
     device = pick_device() if device is None else torch.device(device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     gen = torch.Generator().manual_seed(seed)
-    res = SelectionTiming([int(n) for n in sizes], density, str(device))
+    res = SelectionTiming([int(n) for n in sizes], density, str(device), torch.get_num_threads())
     for n in res.sizes:
         x = torch.randn(n, generator=gen).to(device)
         k = max(1, int(round(density * n)))
@@ -157,6 +169,29 @@ def randomk_energy(tensor: torch.Tensor, density: float, trials: int = 20, seed:
     total = float(g.pow(2).sum())
     return float(np.mean([float(g[torch.randperm(n, generator=gen)[:k]].pow(2).sum()) / total
                           for _ in range(trials)]))
+
+
+def averaged_error(tensor: torch.Tensor, density: float, draws=(1, 4, 16, 64), seed: int = 0) -> dict:
+    """Relative error of the mean of many compressed copies of the same tensor:
+    Random-K scaled by N/K (unbiased: its errors average out) against Top-K (biased: the
+    same entries are dropped every time, so averaging changes nothing)."""
+    g = check_grad(tensor).reshape(-1).double()
+    n = g.numel()
+    k = max(1, int(round(check_ratio(density) * n)))
+    gen = torch.Generator().manual_seed(seed)
+    norm = float(g.norm())
+    top = torch.zeros_like(g)
+    keep = TopK(k=k).select(g)
+    top[keep] = g[keep]
+    total, done, rand_err = torch.zeros_like(g), 0, []
+    for d in draws:
+        while done < d:
+            idx = torch.randperm(n, generator=gen)[:k]
+            total[idx] += g[idx] * (n / k)
+            done += 1
+        rand_err.append(float((total / done - g).norm()) / norm)
+    return {"draws": list(draws), "Random-K (scaled)": rand_err,
+            "Top-K": [float((top - g).norm()) / norm] * len(draws)}
 
 
 @dataclass(frozen=True)

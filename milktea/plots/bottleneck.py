@@ -75,6 +75,7 @@ def scaling_plot(sc: dict, ax=None):
     ax.plot(sc["workers"], sc["ring_time"], "o-", label="ring all-reduce")
     ax.plot(sc["workers"], sc["ps_time"], "s-", label="one parameter server")
     ax.set_xscale("log", base=2)
+    ax.set_xticks(sc["workers"], [str(n) for n in sc["workers"]])
     ax.set_yscale("log")
     ax.set_xlabel("workers N")
     ax.set_ylabel("seconds per exchange")

@@ -57,6 +57,7 @@ def exchange_plot(d: dict, ratio: float, ax=None):
             label=f"R={ratio:g} packets, all-gather")
     ax.plot(d["workers"], d["dense / R"], ":", color="gray", label="dense / R (the hope)")
     ax.set_xscale("log", base=2)
+    ax.set_xticks(d["workers"], [str(n) for n in d["workers"]])
     ax.set_yscale("log")
     ax.set_xlabel("workers N")
     ax.set_ylabel("seconds per exchange")

@@ -20,7 +20,8 @@ def selection_plot(t: SelectionTiming, ax=None):
     ax.set_xlabel("entries n")
     ax.set_ylabel("seconds (median)")
     ax.legend(fontsize=8)
-    ax.set_title(f"find the top {t.density:.0%} on {t.device}", fontsize=10)
+    where = f"{t.device}, {t.threads} thread{'s' if t.threads > 1 else ''}" if t.device == "cpu" else t.device
+    ax.set_title(f"find the top {t.density:.0%} ({where})", fontsize=10)
     return ax
 
 
@@ -86,3 +87,18 @@ def layer_kept(grad: np.ndarray, view: TopKView, axes):
     ax1.legend(fontsize=8)
     ax1.set_title(f"{view.energy:.0%} of ||g||^2 kept", fontsize=9)
     return axes
+
+
+def averaged_error_plot(d: dict, ax=None):
+    """Relative error of the average of many compressed copies: unbiased Random-K
+    averages its error away, Top-K keeps dropping the same entries."""
+    ax = _ax(ax, (5.5, 3.6))
+    ax.plot(d["draws"], d["Random-K (scaled)"], "o-", color="tab:gray", label="Random-K, scaled by N/K")
+    ax.plot(d["draws"], d["Top-K"], "s-", color="tab:blue", label="Top-K")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("copies averaged")
+    ax.set_ylabel("relative error of the average")
+    ax.legend(fontsize=8)
+    ax.set_title("unbiased but noisy vs biased but steady", fontsize=10)
+    return ax
