@@ -53,6 +53,8 @@ def test_topk_view_shows_the_library_numbers():
 
 def test_compression_view_stacks_the_families():
     view = compression_view(share=0.1, bits=32)
+    with pytest.raises(ValueError, match="share"):
+        compression_view(share=0.5)
     assert "topk-10%" in view.readout.value and "int8" not in view.readout.value
     view.controls["bits"].value = 8
     assert "topk-10%+int8" in view.readout.value

@@ -36,7 +36,8 @@ def bottleneck_view(params: float = 1.5e9, workers: int = 64, gbit: float = 25, 
     (milktea.experiments.bottleneck.breakdown, i.e. milktea.cost)."""
     s = slider_style()
     controls = {
-        "params": w.FloatLogSlider(value=params, base=10, min=6, max=12, description="parameters", **s),
+        "params": w.FloatLogSlider(value=params, base=10, min=6, max=12, description="parameters",
+                                   readout_format=".3g", **s),
         "workers": w.IntSlider(value=workers, min=2, max=512, description="workers N", **s),
         "gbit": w.FloatLogSlider(value=gbit, base=10, min=0, max=3, description="bandwidth (Gbit/s)", **s),
         "compute": w.FloatLogSlider(value=compute, base=10, min=-2, max=1, description="compute per step (s)", **s),

@@ -10,16 +10,21 @@ from ..experiments.gradients import flat_gradient
 from ..plots.compression import received_plot, tradeoff_plot
 from .panel import slider_style, table, view
 
+SHARES = (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001)
+
 
 def compression_view(tensor: torch.Tensor | None = None, share: float = 0.1, bits: int = 32) -> w.VBox:
-    """Two knobs, the two families: `share` of entries kept (Top-K or Random-K) and `bits`
-    per kept value. Every redraw compresses `tensor` (by default the digits MLP's gradient)
+    """Two knobs, the two families: `share` of entries kept (Top-K or Random-K, one of
+    SHARES) and `bits` per kept value (one of 32, 16, 8, 4, 2, 1). Every redraw compresses `tensor` (by default the digits MLP's gradient)
     for real and measures the packet (milktea.experiments.compression)."""
+    if share not in SHARES or bits not in BITS:
+        raise ValueError(f"share must be one of {SHARES} and bits one of {BITS}, got {share!r} and {bits!r}")
     g = flat_gradient() if tensor is None else tensor
     curves = tradeoff(g)
     s = slider_style()
     controls = {
-        "share": w.FloatLogSlider(value=share, base=10, min=-3, max=0, description="share of entries kept", **s),
+        "share": w.SelectionSlider(options=[(f"{100 * v:g}%", v) for v in SHARES],
+                                   value=share, description="share of entries kept", **s),
         "bits": w.SelectionSlider(options=list(BITS), value=bits, description="bits per kept value", **s),
         "sparsifier": w.ToggleButtons(options=[("Top-K", "topk"), ("Random-K", "randomk")], value="topk",
                                       description="which entries"),

@@ -24,8 +24,9 @@ def ledger_view(nights: int = 12, k: int = 2, item: str = "ice") -> w.VBox:
         info = tr.night(t)
         html = table([("read out tonight", ", ".join(info["chosen"])),
                       (f"'{item}' in the ledger after tonight", f"{tr.after[t, col]:+.2f}"),
-                      (f"'{item}' heard so far: with / without ledger / truth",
-                       f"{tr.delivered(item)[t]:+.2f} / {tr.delivered(item, False)[t]:+.2f} / {tr.truth(item)[t]:+.2f}")])
+                      (f"'{item}' heard so far, with the ledger", f"{tr.delivered(item)[t]:+.2f}"),
+                      (f"'{item}' heard so far, without", f"{tr.delivered(item, False)[t]:+.2f}"),
+                      (f"'{item}' in truth", f"{tr.truth(item)[t]:+.2f}")])
         return html, lambda fig: ledger_night(tr, t, fig.subplots(1, 2), item=item)
 
     return view(controls, update, figsize=(10, 3.6), title="The old ledger")
