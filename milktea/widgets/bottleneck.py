@@ -27,7 +27,8 @@ def phone_night_view(branches: int = 64, lines: int = 5000, lines_per_second: fl
                       ("the day's work", seconds(night.work_hours * 3600))])
         return html, lambda fig: phone_night_bars(night, fig.add_subplot())
 
-    return view(controls, update, figsize=(8, 2.6), title="The shop's night on the phone")
+    return view(controls, update, figsize=(8, 2.6), title="The shop's night on the phone",
+                margins=dict(left=0.33, right=0.97, bottom=0.2, top=0.88))
 
 
 def bottleneck_view(params: float = 1.5e9, workers: int = 64, gbit: float = 25, compute: float = 0.2,
@@ -53,4 +54,5 @@ def bottleneck_view(params: float = 1.5e9, workers: int = 64, gbit: float = 25, 
                       ("waiting (ring)", f"{b.waiting:.1%}")])
         return html, lambda fig: breakdown_bars(b, fig.add_subplot())
 
-    return view(controls, update, figsize=(8, 2.6), title="Where one training step's time goes")
+    return view(controls, update, figsize=(8, 2.6), title="Where one training step's time goes",
+                margins=dict(left=0.18, right=0.98, bottom=0.2, top=0.88))

@@ -44,4 +44,5 @@ def compression_view(tensor: torch.Tensor | None = None, share: float = 0.1, bit
             received_plot(orig, back, b, title=f"every entry, {m.name}")
         return html, draw
 
-    return view(controls, update, figsize=(11, 3.8), title="Compress the report")
+    return view(controls, update, figsize=(11, 3.8), title="Compress the report",
+                margins=dict(left=0.06, right=0.98, bottom=0.14, top=0.92, wspace=0.22))

@@ -29,4 +29,5 @@ def ledger_view(nights: int = 12, k: int = 2, item: str = "ice") -> w.VBox:
                       (f"'{item}' in truth", f"{tr.truth(item)[t]:+.2f}")])
         return html, lambda fig: ledger_night(tr, t, fig.subplots(1, 2), item=item)
 
-    return view(controls, update, figsize=(10, 3.6), title="The old ledger")
+    return view(controls, update, figsize=(10, 3.6), title="The old ledger",
+                margins=dict(left=0.05, right=0.98, bottom=0.14, top=0.91, wspace=0.15))

@@ -15,13 +15,17 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 
-def render(draw: Callable[[Figure], None], figsize=(7, 3), dpi: int = 80) -> bytes:
+def render(draw: Callable[[Figure], None], figsize=(7, 3), dpi: int = 80, margins: dict | None = None) -> bytes:
     """Draw with `draw(fig)` on a fresh off-screen figure and return it as PNG bytes.
-    (No pyplot: nothing is shown twice and nothing leaks between redraws.)"""
+    (No pyplot: nothing is shown twice and nothing leaks between redraws.) `margins`
+    (subplots_adjust arguments) skip tight_layout, which draws the figure twice."""
     fig = Figure(figsize=figsize, dpi=dpi)
     FigureCanvasAgg(fig)
     draw(fig)
-    fig.tight_layout()
+    if margins:
+        fig.subplots_adjust(**margins)
+    else:
+        fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     return buf.getvalue()
@@ -34,7 +38,7 @@ def table(rows: list[tuple[str, str]]) -> str:
 
 
 def view(controls: dict[str, w.Widget], update: Callable[..., tuple[str, Callable[[Figure], None]]],
-         figsize=(7, 3), title: str = "") -> w.VBox:
+         figsize=(7, 3), title: str = "", margins: dict | None = None) -> w.VBox:
     """A VBox of `controls`, an HTML readout and a figure. `update(**values)` gets every
     control's value by name and returns (readout HTML, draw function)."""
     readout = w.HTML()
@@ -45,7 +49,7 @@ def view(controls: dict[str, w.Widget], update: Callable[..., tuple[str, Callabl
         try:
             html, draw = update(**{k: c.value for k, c in controls.items()})
             readout.value = html
-            image.value = render(draw, figsize)
+            image.value = render(draw, figsize, margins=margins)
             error.value = ""
         except (ValueError, TypeError) as e:   # a setting the library refuses: say why, keep the view
             error.value = f"<span style='color:#b00'>{type(e).__name__}: {e}</span>"

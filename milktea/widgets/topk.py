@@ -29,4 +29,5 @@ def topk_view_widget(layer: torch.Tensor | None = None, k: int = 80) -> w.VBox:
                       ("packet", f"{v.packet_bytes:,} B ({v.encoding} index), R = {v.ratio:.1f}x")])
         return html, lambda fig: layer_kept(grid, v, fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.3, 1]}))
 
-    return view(controls, update, figsize=(10, 3.6), title="Top-K on the first layer's gradient")
+    return view(controls, update, figsize=(10, 3.6), title="Top-K on the first layer's gradient",
+                margins=dict(left=0.07, right=0.98, bottom=0.15, top=0.91, wspace=0.2))
