@@ -188,7 +188,10 @@ def measure_local_allreduce(sizes=DEFAULT_SIZES, workers: int = 2, repeats: int 
     """Start `workers` local processes (gloo on CPU, NCCL with a GPU each), time a dense
     float32 all-reduce of each size (bytes; median of `repeats`, the slowest rank's), and
     fit the cost model's alpha and bandwidth to the times."""
-    from ..dist import launch
+    try:
+        from ..dist import launch
+    except ImportError as e:     # the multi-process runtime is a separate part of the package
+        raise ImportError(f"measure_local_allreduce needs milktea.dist (the multi-process runtime): {e}") from e
     _int("workers", workers, 2), _int("repeats", repeats, 1)
     sizes = [int(s) for s in sizes]
     if len(set(sizes)) < 2 or min(sizes) < 4:
