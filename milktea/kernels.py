@@ -76,6 +76,56 @@ if HAVE_NUMBA:
                 os_[i] = np.float32(cs[i]) * sc - off
 
     @njit(parallel=True, fastmath=True, cache=True, nogil=True)
+    def _nb_quantize_packed(x, chunk, qmax, bits, out, scales):  # pragma: no cover - compiled
+        # 4- and 2-bit codes, packed as they are made; every chunk starts on a byte
+        n = x.size
+        per = 8 // bits
+        off = np.float32(qmax) + np.float32(1.5)
+        for c in prange((n + chunk - 1) // chunk):
+            s = c * chunk
+            e = min(s + chunk, n)
+            xs = x[s:e]
+            m = np.float32(0.0)
+            for i in range(e - s):
+                m = max(m, abs(xs[i]))
+            scales[c] = m / np.float32(qmax)
+            inv = np.float32(qmax) / max(m, np.float32(1e-38))
+            ob = out[s * bits // 8:(e * bits + 7) // 8]
+            whole = (e - s) // per
+            if bits == 4:
+                for j in range(whole):
+                    lo = np.uint8(np.int32(xs[2 * j] * inv + off))
+                    hi = np.uint8(np.int32(xs[2 * j + 1] * inv + off))
+                    ob[j] = lo | (hi << np.uint8(4))
+            else:
+                for j in range(whole):
+                    c0 = np.uint8(np.int32(xs[4 * j] * inv + off))
+                    c1 = np.uint8(np.int32(xs[4 * j + 1] * inv + off))
+                    c2 = np.uint8(np.int32(xs[4 * j + 2] * inv + off))
+                    c3 = np.uint8(np.int32(xs[4 * j + 3] * inv + off))
+                    ob[j] = c0 | (c1 << np.uint8(2)) | (c2 << np.uint8(4)) | (c3 << np.uint8(6))
+            if whole < ob.size:                   # a last, partly filled byte
+                v = np.uint8(0)
+                for t in range(e - s - whole * per):
+                    v |= np.uint8(np.int32(xs[whole * per + t] * inv + off)) << np.uint8(bits * t)
+                ob[whole] = v
+
+    @njit(parallel=True, fastmath=True, cache=True, nogil=True)
+    def _nb_dequantize_packed(packed, scales, chunk, qmax, bits, out):  # pragma: no cover - compiled
+        n = out.size
+        mask = (1 << bits) - 1
+        for c in prange((n + chunk - 1) // chunk):
+            s = c * chunk
+            e = min(s + chunk, n)
+            os_ = out[s:e]
+            pb = packed[s * bits // 8:(e * bits + 7) // 8]
+            sc = scales[c]
+            off = np.float32(qmax + 1) * sc
+            for i in range(e - s):
+                code = (pb[(i * bits) >> 3] >> ((i * bits) & 7)) & mask
+                os_[i] = np.float32(code) * sc - off
+
+    @njit(parallel=True, fastmath=True, cache=True, nogil=True)
     def _nb_sign_pack(bits32, out, partial_l1):  # pragma: no cover - compiled
         # bits32: the float32 gradient viewed as uint32; bit 31 is the sign, the rest |x|.
         n = bits32.size
@@ -229,3 +279,30 @@ def above_threshold(x: torch.Tensor, t: float) -> torch.Tensor:
         return out
     return (x.abs() >= t).nonzero().reshape(-1)
 
+
+
+def quantize_packed(x: torch.Tensor, chunk: int, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Absmax-quantize a flat float32 tensor to `bits`-bit codes, packed (see bits.pack)."""
+    from .bits import pack
+    qmax = 2 ** (bits - 1) - 1
+    if bits < 8 and use_numba(x) and ((chunk * bits) % 8 == 0 or chunk >= x.numel()):
+        _sync_threads()
+        n = x.numel()
+        out = torch.empty((n * bits + 7) // 8, dtype=torch.uint8)
+        scales = torch.empty((n + chunk - 1) // chunk, dtype=torch.float32)
+        _nb_quantize_packed(_np(x), chunk, qmax, bits, _np(out), _np(scales))
+        return out, scales
+    codes, scales = quantize(x, chunk, qmax)
+    return pack(codes, bits), scales
+
+
+def dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, chunk: int, bits: int,
+                      out: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`quantize_packed` into `out` (flat float32)."""
+    from .bits import unpack
+    qmax = 2 ** (bits - 1) - 1
+    if bits < 8 and use_numba(out) and ((chunk * bits) % 8 == 0 or chunk >= out.numel()):
+        _sync_threads()
+        _nb_dequantize_packed(_np(packed), _np(scales), chunk, qmax, bits, _np(out))
+        return out
+    return dequantize(unpack(packed, bits, out.numel()), scales, chunk, qmax, out)

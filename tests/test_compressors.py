@@ -104,20 +104,25 @@ def test_quantize_error_at_most_half_a_step(bits, chunk, path, monkeypatch):
     assert p.payload_nbytes == (n * bits + 7) // 8 + 4 * nchunks
 
 
-def test_quantize_paths_agree():
+@pytest.mark.parametrize("bits, chunk", [(8, 1024), (4, 1000), (2, 1024), (4, None), (4, 999)])
+def test_quantize_paths_agree(bits, chunk):
     if not kernels.HAVE_NUMBA:
         pytest.skip("numba is not installed")
-    x = torch.randn(200_000, generator=torch.Generator().manual_seed(5))
-    fast = Quantize(8).compress(x)
+    x = torch.randn(200_001, generator=torch.Generator().manual_seed(5))
+    fast = Quantize(bits, chunk=chunk).compress(x)
     kernels.HAVE_NUMBA = False
     try:
-        slow = Quantize(8).compress(x)
+        slow = Quantize(bits, chunk=chunk).compress(x)
+        decoded_slow = Quantize(bits).decompress(fast)
     finally:
         kernels.HAVE_NUMBA = True
-    a, b = fast.parts[0].int(), slow.parts[0].int()
     sa, sb = fast.parts[1].clone().view(torch.float32), slow.parts[1].clone().view(torch.float32)
     assert torch.allclose(sa, sb, rtol=1e-6, atol=0)      # same scales (to an ulp of rounding)
+    from milktea.bits import unpack
+    a = unpack(fast.parts[0], bits, x.numel()).int()
+    b = unpack(slow.parts[0], bits, x.numel()).int()
     assert int((a - b).abs().max()) <= 1 and float((a != b).float().mean()) < 1e-3
+    assert torch.allclose(Quantize(bits).decompress(fast), decoded_slow, atol=1e-6)
 
 
 def test_quantize_zero_chunk_and_reference_codes():

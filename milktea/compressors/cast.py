@@ -41,7 +41,7 @@ class Cast(Compressor):
         if self.dtype == torch.float16 and self.nonfinite != "ignore" and bool(torch.isinf(h).any()):
             raise ValueError("the gradient exceeds float16's range (|x| > 65504); use "
                              "Cast(torch.bfloat16), or scale the gradient down before casting")
-        return Packet("cast", tuple(t.shape), t.dtype, (DTYPES[self.dtype],), (to_bytes(h).clone(),))
+        return Packet("cast", tuple(t.shape), t.dtype, (DTYPES[self.dtype],), (to_bytes(h),))
 
 
 def _decode_cast(packet, out=None):

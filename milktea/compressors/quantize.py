@@ -71,10 +71,11 @@ class Quantize(Compressor):
         chunk = _chunks(n, self.chunk)
         if self.stochastic:
             codes, scales = self._stochastic(x, chunk)
+            packed = pack(codes, self.bits)
         else:
-            codes, scales = kernels.quantize(x, chunk, self.qmax)
+            packed, scales = kernels.quantize_packed(x, chunk, self.bits)
         return Packet("quant", tuple(t.shape), t.dtype, (self.bits, chunk, int(self.stochastic)),
-                      (pack(codes, self.bits), to_bytes(scales)))
+                      (packed, to_bytes(scales)))
 
     def _stochastic(self, x, chunk):
         n, q = x.numel(), self.qmax
@@ -92,12 +93,13 @@ def _decode_quant(packet, out=None):
     bits, chunk, _ = packet.params
     res = output(packet, out)
     n = packet.numel
-    codes = unpack(packet.parts[0], bits, n)
     scales = from_bytes(packet.parts[1], torch.float32)
     if scales.numel() != (n + chunk - 1) // chunk:
         raise ValueError(f"quant packet has {scales.numel()} scales, expected {(n + chunk - 1) // chunk}")
+    if packet.parts[0].numel() != (n * bits + 7) // 8:
+        raise ValueError(f"quant packet has {packet.parts[0].numel()} code bytes, expected {(n * bits + 7) // 8}")
     flat = res.view(-1) if res.dtype == torch.float32 else torch.empty(n, device=res.device)
-    kernels.dequantize(codes, scales, chunk, 2 ** (bits - 1) - 1, flat)
+    kernels.dequantize_packed(packet.parts[0], scales, chunk, bits, flat)
     if flat.data_ptr() != res.data_ptr():
         res.view(-1).copy_(flat)
     return res
