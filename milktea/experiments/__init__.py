@@ -1,0 +1,1 @@
+"""Experiments behind the chapters: small functions that compute what a chapter shows."""

@@ -1,0 +1,1 @@
+"""matplotlib figures of the course, one module per topic."""
