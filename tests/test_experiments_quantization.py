@@ -111,3 +111,10 @@ def test_tables():
     assert md.splitlines()[0] == "| b | a |" and md.splitlines()[2] == "| 2.5 | 1 |"
     with pytest.raises(ValueError):
         markdown_table([])
+
+
+def test_docstrings():
+    import doctest
+    from milktea.experiments import quantization, tables
+    assert doctest.testmod(quantization).failed == 0
+    assert doctest.testmod(tables).failed == 0

@@ -58,3 +58,9 @@ def test_snapping():
     from milktea.widgets.quantization import snapping
     torch.manual_seed(0)
     check_view(snapping(torch.randn(3000) * 0.01))
+
+
+def test_overlap_explorer():
+    from milktea.experiments.engineering import Profile
+    from milktea.widgets.engineering import overlap_explorer
+    check_view(overlap_explorer(Profile.uniform(16, 1_000_000, 0.1), forward_s=0.05))
