@@ -1,18 +1,22 @@
 # Two commands a newcomer needs:  `make lab` (the course) and `make test` (every test).
-# Both create .venv if it is missing.
+# Both create .venv with $(PYTHON) if it is missing, and install the project into it.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# torch is installed first, on its own, only if the environment has none:
-# torch==2.13.0 is the CPU wheel where a local wheel house provides it. To use a
-# CUDA build instead:  make lab TORCH="torch>=2.4"   (or install torch in .venv first).
+# torch is installed first, on its own, and only if .venv has none. torch==2.13.0 is
+# the CPU wheel where a local wheel house provides it; elsewhere choose your build:
+#   make lab TORCH="torch>=2.4"        (or install torch into .venv before `make lab`)
+# Once a torch is in .venv, it is kept: pyproject.toml only asks for torch>=2.2.
 TORCH ?= torch==2.13.0
+# JupyterLab refuses to run as root unless told; containers often are root.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 
-.PHONY: lab test setup bench clean
+.PHONY: lab test setup doctor bench strip clean
 
 setup: $(VENV)/.installed
 
 $(BIN)/python:
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "milktea needs Python 3.10 or newer (3.11 recommended); run: make PYTHON=python3.11 ..."'
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
@@ -21,13 +25,19 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 lab: setup
-	$(BIN)/jupyter lab notebooks/00_welcome.ipynb
+	$(BIN)/python -m jupyter lab $(ROOT_FLAG) $(wildcard notebooks/00_*.ipynb)
 
 test: setup
 	$(BIN)/python -m pytest
 
+doctor: setup
+	$(BIN)/python -m milktea doctor
+
 bench: setup
 	$(BIN)/python -m milktea.bench kernels
 
+strip:
+	$(PYTHON) tools/strip_outputs.py
+
 clean:
-	rm -rf $(VENV) results .pytest_cache
+	rm -rf $(VENV) results .pytest_cache .hypothesis

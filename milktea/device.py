@@ -1,17 +1,178 @@
-"""One place that picks the device: CUDA when there is one, else the CPU."""
+"""Where tensors live, and what this machine offers.
+
+Every device choice in milktea goes through `pick_device()`: CUDA when there is
+a GPU, else the CPU. `environment_report()` is what `python -m milktea doctor`
+prints.
+
+    >>> from milktea.device import pick_device
+    >>> pick_device("cpu")
+    device(type='cpu')
+"""
 from __future__ import annotations
 
+import argparse
+import importlib
+import importlib.metadata
+import json
 import os
+import platform
+import re
+import sys
 
 import torch
 
+ENV_VAR = "MILKTEA_DEVICE"
+_DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda)(:\d+)?$")
+
 
 def pick_device(prefer: str | None = None) -> torch.device:
-    """CUDA if available, else CPU; `prefer` or MILKTEA_DEVICE overrides."""
-    choice = prefer or os.environ.get("MILKTEA_DEVICE")
-    if choice:
-        dev = torch.device(choice)
-        if dev.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device {choice!r} was asked for but CUDA is not available; use 'cpu'")
-        return dev
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """Return the device to compute on.
+
+    Order: `prefer` if given, else the environment variable MILKTEA_DEVICE if set,
+    else CUDA when available, else CPU. Accepted values: "auto", "cpu", "cuda",
+    "cuda:N", "mps". Asking for a device this machine does not have raises
+    ValueError rather than silently running elsewhere.
+
+        >>> pick_device("cpu").type
+        'cpu'
+    """
+    source = "argument prefer"
+    if prefer is None:
+        prefer = os.environ.get(ENV_VAR) or "auto"
+        source = f"environment variable {ENV_VAR}" if os.environ.get(ENV_VAR) else "default"
+    if not isinstance(prefer, str):
+        raise TypeError(f"pick_device: {source} must be a str like 'cpu' or 'cuda', "
+                        f"got {type(prefer).__name__}")
+    want = prefer.strip().lower()
+    if not _DEVICE_RE.match(want) or want.startswith(("auto:", "cpu:", "mps:")):
+        raise ValueError(f"pick_device: {source} is {prefer!r}; use one of "
+                         "'auto', 'cpu', 'cuda', 'cuda:N', 'mps'")
+    if want == "auto":
+        return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    if want == "cpu":
+        return torch.device("cpu")
+    if want == "mps":
+        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            raise ValueError(f"pick_device: {source} asks for 'mps' but this torch "
+                               "has no usable Apple GPU; use 'cpu' or 'auto'")
+        return torch.device("mps")
+    # cuda or cuda:N
+    if not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
+        raise ValueError(
+            f"pick_device: {source} asks for {prefer!r} but CUDA is not available "
+            f"(torch {torch.__version__}, {build}). Use 'cpu' or 'auto', or unset {ENV_VAR}; "
+            "for a GPU, install a CUDA build of torch (make lab TORCH=...)")
+    dev = torch.device(want)
+    if dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"pick_device: {source} asks for {prefer!r} but only "
+                           f"{torch.cuda.device_count()} CUDA device(s) exist "
+                           f"(cuda:0 .. cuda:{torch.cuda.device_count() - 1})")
+    return dev
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # the cores this process may use, not the box's
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def environment_report() -> dict:
+    """Versions, accelerators, collectives and cores, as plain data (JSON-ready).
+
+        >>> environment_report()["cpu_cores"] >= 1
+        True
+    """
+    import torch.distributed as dist
+
+    cuda = torch.cuda.is_available()
+    try:
+        importlib.import_module("ipywidgets")
+        widgets_ok, widgets_error = True, None
+    except Exception as e:  # a broken install raises more than ImportError
+        widgets_ok, widgets_error = False, f"{type(e).__name__}: {e}"
+    try:
+        chosen, device_error = str(pick_device()), None
+    except (RuntimeError, ValueError, TypeError) as e:
+        chosen, device_error = None, str(e)
+    d = {
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "executable": sys.executable,
+        "milktea": _version("milktea") or getattr(sys.modules.get("milktea"), "__version__", None),
+        "torch": torch.__version__,
+        "torch_cuda_build": torch.version.cuda,
+        "numpy": _version("numpy"),
+        "matplotlib": _version("matplotlib"),
+        "ipywidgets": _version("ipywidgets"),
+        "jupyterlab": _version("jupyterlab"),
+        "jupyterlab_widgets": _version("jupyterlab_widgets"),
+        "cuda_available": cuda,
+        "cuda_device_count": torch.cuda.device_count() if cuda else 0,
+        "cuda_device_names": [torch.cuda.get_device_name(i)
+                              for i in range(torch.cuda.device_count())] if cuda else [],
+        "distributed_available": dist.is_available(),
+        "nccl_available": bool(dist.is_available() and dist.is_nccl_available()),
+        "gloo_available": bool(dist.is_available() and dist.is_gloo_available()),
+        "device": chosen,
+        "device_override": os.environ.get(ENV_VAR),
+        "cpu_cores": _cpu_cores(),
+        "torch_threads": torch.get_num_threads(),
+        "ipywidgets_importable": widgets_ok,
+    }
+    if widgets_error:
+        d["ipywidgets_error"] = widgets_error
+    if device_error:
+        d["device_error"] = device_error
+    return d
+
+
+def _advice(d: dict) -> list[str]:
+    tips = []
+    if not d.get("ipywidgets_importable"):
+        tips.append("ipywidgets does not import: the course's interactive views will not show "
+                    "(pip install 'ipywidgets>=8.1').")
+    elif d.get("jupyterlab") and not d.get("jupyterlab_widgets"):
+        tips.append("jupyterlab_widgets is missing: JupyterLab will print 'Error displaying "
+                    "widget' (pip install 'ipywidgets>=8.1' in the environment that runs lab).")
+    if d.get("torch_cuda_build") and not d.get("cuda_available"):
+        tips.append("this torch is a CUDA build but sees no GPU: everything runs on the CPU.")
+    return tips
+
+
+def format_report(d: dict) -> str:
+    """Render `environment_report()` as aligned `key: value` lines, then any advice."""
+    def show(v):
+        if v is None:
+            return "-"
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        if isinstance(v, list):
+            return ", ".join(map(str, v)) or "-"
+        return str(v)
+
+    width = max(len(k) for k in d)
+    lines = ["milktea doctor"] + [f"  {k.ljust(width)}  {show(v)}" for k, v in d.items()]
+    tips = _advice(d)
+    if tips:
+        lines += ["", "advice:"] + [f"  - {t}" for t in tips]
+    return "\n".join(lines)
+
+
+def doctor(argv: list[str] | None = None) -> int:
+    """`python -m milktea doctor [--json]`: print the environment report."""
+    ap = argparse.ArgumentParser(prog="python -m milktea doctor",
+                                 description="Print versions, devices, collectives and cores.")
+    ap.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = ap.parse_args(argv)
+    d = environment_report()
+    print(json.dumps(d, indent=2) if args.json else format_report(d))
+    return 0

@@ -1,0 +1,37 @@
+"""`python -m milktea <command> [args]`.
+
+Each command is "module:function" plus a one-line help; the module is imported only
+when its command runs, so `doctor` works even where a heavier part cannot import.
+The function takes the remaining arguments (a list of str) and returns an exit code.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "doctor": ("milktea.device:doctor", "versions, CUDA/NCCL/gloo, chosen device, cores, widgets"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    rows = "\n".join(f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items())
+    return f"usage: python -m milktea <command> [args]\n\ncommands:\n{rows}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"milktea: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module, func = COMMANDS[name][0].split(":")
+    return int(getattr(importlib.import_module(module), func)(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

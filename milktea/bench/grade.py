@@ -1,0 +1,72 @@
+"""python -m milktea.bench grade: seconds to grade one submission of one exercise.
+
+Each row grades a solution notebook end to end, the way the class grader does: read the
+notebook, start the limited child process, run every graded cell and every public case,
+compare in the parent. "torch" rows grade a Top-K submission written with torch, whose
+child has to import torch. The target is <= 10 s per submission on 2 cores.
+
+    python -m milktea.bench grade [--repeat 3] [--solutions solutions]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import tempfile
+import time
+
+from ..grade.evaluate import grade_notebook
+from ..grade.notebook import atomic_write, cell_tasks, notebook_text, read_notebook
+from ..grade.prepare import prepare
+from ..grade.public import CHAPTERS
+from .timing import measure, table
+
+TARGET_S = 10.0
+TORCH_TOPK = '''import torch
+
+def topk_threshold(x, k):
+    t = torch.as_tensor(x).float().abs().flatten()
+    return float(torch.kthvalue(t, t.numel() - k + 1).values)
+'''
+
+
+def _torch_variant(solutions: str, folder: str) -> str:
+    nb = copy.deepcopy(read_notebook(os.path.join(solutions, "03_topk.ipynb")))
+    for cell in nb["cells"]:
+        if "03.1" in cell_tasks(cell):
+            cell["source"] = TORCH_TOPK
+    path = os.path.join(folder, "03_topk.ipynb")
+    atomic_write(path, notebook_text(nb))
+    return path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m milktea.bench grade", description=__doc__.split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--solutions", default="solutions")
+    args = ap.parse_args(argv)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    t0 = time.perf_counter()
+    prepared = {ch: prepare(ch, args.solutions, None, seed=0) for ch in CHAPTERS}
+    prep_s = time.perf_counter() - t0
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        subs = [(ch, "numpy", os.path.join(args.solutions, ch + ".ipynb")) for ch in CHAPTERS]
+        subs.append(("03_topk", "torch", _torch_variant(args.solutions, tmp)))
+        for ch, kind, path in subs:
+            res = grade_notebook(path, prepared[ch])
+            assert res.score == res.points, f"{path}: {res.score}/{res.points}"
+            med, best = measure(lambda: grade_notebook(path, prepared[ch]), repeat=args.repeat, warmup=0)
+            cases = sum(len(p.cases) for p in prepared[ch].tasks)
+            rows.append({"exercise": ch, "submission": kind, "tasks": len(res.tasks), "cases": cases,
+                         "median s": f"{med:.2f}", "best s": f"{best:.2f}",
+                         "vs target": f"{med / TARGET_S:.2f}"})
+    print(f"grading one submission end to end (median of {args.repeat}; {cpus} CPUs available; "
+          f"target <= {TARGET_S:g} s)\n")
+    print(table(rows, ["exercise", "submission", "tasks", "cases", "median s", "best s", "vs target"]))
+    print(f"\nonce per class: preparing all {len(CHAPTERS)} exercises (reference answers) took {prep_s:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

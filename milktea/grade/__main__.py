@@ -1,0 +1,44 @@
+"""python -m milktea.grade SUBMISSIONS_DIR --out GRADES_DIR [--hidden DIR]: grade a class.
+
+See milktea/grade/classroom.py for the folder layout and docs/grading.md for the protocol.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .classroom import grade_class
+from .prepare import SetupError
+from .public import CHAPTERS
+from .sandbox import Limits
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m milktea.grade",
+                                 description="Grade a folder of exercise notebooks out of process.")
+    ap.add_argument("submissions", help="SUBMISSIONS_DIR/<student>/<exercise>.ipynb or SUBMISSIONS_DIR/<student>.ipynb")
+    ap.add_argument("--out", required=True, help="folder for grades.csv, results/, feedback/, summary.txt")
+    ap.add_argument("--solutions", default="solutions", help="folder of the reference notebooks (default: solutions)")
+    ap.add_argument("--hidden", help="folder of hidden tests: <exercise>.py files defining CASES")
+    ap.add_argument("--chapter", choices=sorted(CHAPTERS), help="grade only this exercise (needed for <student>.ipynb "
+                                                                 "files without exercise metadata)")
+    ap.add_argument("--seed", type=int, help="seed of the random cases (default: kept from the last run in --out)")
+    ap.add_argument("--task-timeout", type=float, default=10.0, help="seconds per task and per graded cell (10)")
+    ap.add_argument("--submission-timeout", type=float, default=120.0, help="seconds per submission (120)")
+    ap.add_argument("--memory-mb", type=int, default=2048,
+                    help="address space (MB) student code may add to Python + numpy (+ torch) (2048)")
+    ap.add_argument("--jobs", type=int, default=1, help="submissions graded at the same time (1)")
+    args = ap.parse_args(argv)
+    limits = Limits(task_seconds=args.task_timeout, submission_seconds=args.submission_timeout,
+                    memory_mb=args.memory_mb)
+    try:
+        grade_class(args.submissions, args.out, args.solutions, args.hidden, args.seed, limits,
+                    args.chapter, args.jobs)
+    except SetupError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,356 @@
+"""The child side of the grader: run one submission's graded cells, nothing else.
+
+The parent starts  python -I -B child.py JOB_FILE FD  in an empty temporary directory with
+a scrubbed environment. This file never imports milktea (the child has no path to it). It
+  1. imports numpy (and torch when the cells use it), then sets its own resource limits
+     (address space on top of what those imports mapped, CPU seconds, file size) before any
+     student code exists in the process: hard limits equal soft ones, so they stay;
+  2. installs an audit hook (PEP 578) that refuses reads outside Python's own install and
+     the temporary directory, any write outside it, new processes, signals to others,
+     sockets, raw memory through ctypes, and `import milktea`;
+  3. runs each graded cell, then calls each graded function on the cases the parent sent,
+     writing one JSON line per event to FD (never stdout, which the student's prints use).
+Outputs travel as plain data (`encode`/`decode` below); the parent compares them.
+The audit hook is defence in depth, not a sandbox against native code: the parent's own
+guarantees (own process, limits, comparison, process-group kill) don't depend on it.
+"""
+import base64
+import builtins
+import json
+import linecache
+import math
+import os
+import resource
+import sys
+import time
+import traceback
+
+BLOCK = "graded code may not "   # prefix of every refusal, so the parent can name it
+ARRAY_DTYPES = ("|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8", "<f2", "<f4", "<f8")
+MAX_DEPTH = 16
+
+
+# --- plain data: the only thing that crosses the pipe (both directions) --------------
+
+def encode(value, depth=0):
+    """Python/numpy/torch value -> JSON-able data. Raises TypeError for anything else."""
+    import numpy as np
+    if depth > MAX_DEPTH:
+        raise TypeError("the result is nested too deeply")
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"__float__": repr(value)}
+    if isinstance(value, np.generic):
+        if value.dtype.kind in "biuf":
+            return encode(value.item(), depth)
+        raise TypeError(f"a numpy {value.dtype} scalar cannot be graded")
+    mod = type(value).__module__ or ""
+    if mod.startswith("torch") and hasattr(value, "detach"):   # a torch.Tensor
+        t = value.detach().cpu()
+        if str(t.dtype) == "torch.bfloat16":
+            t = t.float()
+        value = t.numpy()
+    if isinstance(value, np.ndarray):
+        arr = np.array(value, order="C", copy=True)   # keeps 0-d arrays 0-d
+        dt = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
+        if dt.str not in ARRAY_DTYPES:
+            raise TypeError(f"an array of dtype {arr.dtype} cannot be graded (use a number dtype)")
+        arr = arr.astype(dt, copy=False)
+        return {"__nd__": [dt.str, list(arr.shape), base64.b64encode(arr.tobytes()).decode("ascii")]}
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"__bytes__": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, (list, tuple)):
+        return [encode(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError("a dict with non-string keys cannot be graded")
+        return {"__map__": {k: encode(v, depth + 1) for k, v in value.items()}}
+    raise TypeError(f"a value of type {type(value).__name__} cannot be graded: return numbers, "
+                    "numpy arrays, lists or tuples")
+
+
+def decode(data, depth=0, budget=None):
+    """JSON data -> Python/numpy value, checking every piece (the other side may be hostile).
+    Raises ValueError on anything that `encode` would not have produced."""
+    import numpy as np
+    budget = [256 << 20] if budget is None else budget     # bytes of arrays allowed in total
+    if depth > MAX_DEPTH + 1:
+        raise ValueError("nested too deeply")
+    if data is None or isinstance(data, (bool, str, float)):
+        return data
+    if isinstance(data, int):
+        if abs(data) >= 1 << 64:
+            raise ValueError("integer out of range")
+        return data
+    if isinstance(data, list):
+        return [decode(v, depth + 1, budget) for v in data]
+    if not isinstance(data, dict) or len(data) != 1:
+        raise ValueError("unexpected object")
+    (tag, body), = data.items()
+    if tag == "__float__" and body in ("nan", "inf", "-inf"):
+        return float(body)
+    if tag == "__bytes__" and isinstance(body, str):
+        return base64.b64decode(body.encode("ascii"), validate=True)
+    if tag == "__map__" and isinstance(body, dict):
+        return {k: decode(v, depth + 1, budget) for k, v in body.items()}
+    if tag == "__nd__" and isinstance(body, list) and len(body) == 3:
+        dt, shape, raw = body
+        if dt not in ARRAY_DTYPES or not isinstance(raw, str) or not isinstance(shape, list):
+            raise ValueError("bad array header")
+        if len(shape) > 8 or not all(type(n) is int and 0 <= n < 1 << 40 for n in shape):
+            raise ValueError("bad array shape")
+        raw = base64.b64decode(raw.encode("ascii"), validate=True)
+        count = math.prod(shape)
+        if len(raw) != count * np.dtype(dt).itemsize:
+            raise ValueError("array bytes do not match its shape")
+        budget[0] -= len(raw)
+        if budget[0] < 0:
+            raise ValueError("arrays too large")
+        return np.frombuffer(raw, dtype=dt).reshape(shape).copy()
+    raise ValueError(f"unknown tag {tag!r}")
+
+
+# --- limits and the audit hook --------------------------------------------------------
+
+def address_space() -> int:
+    """Bytes of address space this process maps now (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def set_limits(memory_bytes, cpu_seconds, file_bytes):
+    """memory_bytes is on top of what is mapped already (Python, numpy, torch: a CUDA build of
+    torch alone maps gigabytes of libraries it never touches)."""
+    memory_bytes += address_space()
+    for res, soft, hard in ((resource.RLIMIT_AS, memory_bytes, memory_bytes),
+                            (resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 1),
+                            (resource.RLIMIT_FSIZE, file_bytes, file_bytes),
+                            (resource.RLIMIT_CORE, 0, 0)):
+        try:
+            resource.setrlimit(res, (int(soft), int(hard)))
+        except (ValueError, OSError):   # macOS refuses some of them; the parent's clock still holds
+            pass
+
+
+def install_hook(tmp, deny):
+    """Refuse what graded code has no business doing (see the module docstring)."""
+    real, fspath, getpid = os.path.realpath, os.fspath, os.getpid
+    pid = getpid()
+    tmp = real(tmp)
+    import sysconfig
+    reads = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+             *sysconfig.get_paths().values(), *(p for p in sys.path if p.endswith("-packages")),
+             "/usr", "/lib", "/lib32", "/lib64", "/etc", "/sys/devices/system/cpu", "/sys/fs/cgroup",
+             f"/proc/{pid}", "/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat",
+             "/dev/null", "/dev/urandom", "/dev/random", "/dev/zero", tmp}
+    reads = tuple(sorted({real(p) for p in reads if p and p != "/"}))
+    deny = tuple(real(p) for p in deny)
+    writes = (tmp, "/dev/null")
+    wflags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    proc_events = {"os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
+                   "subprocess.Popen", "pty.spawn", "os.killpg", "os.startfile", "urllib.Request",
+                   "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.call_function", "ctypes.string_at",
+                   "ctypes.wstring_at", "ctypes.dlsym", "ctypes.dlsym/handle", "gc.get_objects",
+                   "gc.get_referrers", "gc.get_referents", "resource.setrlimit", "resource.prlimit",
+                   "sys._current_frames"}
+    path_events = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.link",
+                   "os.symlink", "os.truncate", "os.utime", "os.chflags", "os.lchflags", "os.setxattr",
+                   "os.removexattr", "os.mknod", "os.mkfifo", "shutil.rmtree", "shutil.move",
+                   "shutil.copyfile", "shutil.copymode", "shutil.copystat", "shutil.chown"}
+
+    def inside(path, roots):
+        try:
+            p = real(fspath(path) if not isinstance(path, bytes) else path.decode("utf-8", "replace"))
+        except (TypeError, ValueError):
+            return False
+        if any(p == d or p.startswith(d + "/") for d in deny):
+            return False
+        return any(p == r or p.startswith(r + "/") for r in roots)
+
+    def refuse(what):
+        raise PermissionError(BLOCK + what)
+
+    def hook(event, args):
+        if event == "open":
+            path, mode, flags = args
+            if isinstance(path, int):
+                return
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & wflags)
+            if not inside(path, writes if writing else reads):
+                refuse(f"{'write' if writing else 'read'} {fspath(path)!r}: only its own "
+                       "temporary directory is open to it")
+        elif event in ("os.listdir", "os.scandir"):
+            if args and args[0] is not None and not isinstance(args[0], int) and not inside(args[0], reads):
+                refuse(f"list the directory {args[0]!r}")
+        elif event in path_events:
+            for a in args:
+                if isinstance(a, (str, bytes, os.PathLike)) and not inside(a, writes):
+                    refuse(f"change files outside its temporary directory ({event} {a!r})")
+        elif event == "import":
+            name = args[0]
+            if name == "milktea" or name.startswith("milktea."):
+                refuse(f"import {name}: write the idea with numpy or torch yourself")
+            if name == "_posixsubprocess":
+                refuse("start other processes (subprocess)")
+        elif event == "os.kill":
+            if args[0] != getpid():
+                refuse("send signals to other processes")
+        elif event == "ctypes.dlopen":
+            if not (isinstance(args[0], str) and args[0].startswith("/") and inside(args[0], reads)):
+                refuse(f"load the native library {args[0]!r}")
+        elif event in proc_events or event.startswith("socket."):
+            refuse(f"do this: {event}")
+
+    sys.addaudithook(hook)
+
+
+# --- module snapshots: a monkeypatch can't reach the next task -------------------------
+
+SYS_KEYS = ("stdout", "stderr", "stdin", "path", "meta_path", "path_hooks", "displayhook", "excepthook")
+
+
+def snapshot():
+    names = ["builtins", "math", "json", "json.encoder", "json.decoder", "os", "base64", "time",
+             "numpy", "numpy.linalg", "numpy.random", "numpy.fft", "torch", "torch.nn.functional"]
+    mods = {n: sys.modules[n] for n in names if n in sys.modules}
+    return ({n: (m, dict(m.__dict__)) for n, m in mods.items()},
+            {k: getattr(sys, k) for k in SYS_KEYS}, dict(sys.modules), sys.getrecursionlimit())
+
+
+def restore(snap):
+    mods, sys_attrs, modules, limit = snap
+    for name, (mod, saved) in mods.items():
+        d = mod.__dict__
+        for k, v in saved.items():
+            if d.get(k, d) is not v:
+                d[k] = v
+        sys.modules[name] = mod
+    for k, v in sys_attrs.items():
+        setattr(sys, k, v)
+    for k, v in modules.items():
+        if sys.modules.get(k) is not v:
+            sys.modules[k] = v
+    sys.setrecursionlimit(limit)
+
+
+# --- running ---------------------------------------------------------------------------
+
+def describe_error(exc, cell_names):
+    """(kind, message, where) for an exception raised by student code."""
+    if isinstance(exc, NotImplementedError):
+        kind = "not_implemented"
+    elif isinstance(exc, SystemExit):
+        kind = "exit"
+    elif isinstance(exc, MemoryError):
+        kind = "memory"
+    elif isinstance(exc, PermissionError) and str(exc).startswith(BLOCK):
+        kind = "blocked"
+    elif isinstance(exc, SyntaxError):
+        kind = "syntax"
+    else:
+        kind = "exception"
+    where = ""
+    try:
+        if isinstance(exc, SyntaxError) and exc.filename in cell_names:
+            where = f"line {exc.lineno} of {cell_names[exc.filename]}: {(exc.text or '').strip()}"
+        else:
+            frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in cell_names]
+            if frames:
+                f = frames[-1]
+                where = f"line {f.lineno} of {cell_names[f.filename]}, in {f.name}: {(f.line or '').strip()}"
+        msg = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    except BaseException:   # a hostile __str__ must not take the runner down
+        msg = f"{type(exc).__name__}"
+    return kind, msg[:2000], where[:500]
+
+
+def main():
+    job_path, fd = sys.argv[1], int(sys.argv[2])
+    write, dumps, clock = os.write, json.dumps, time.perf_counter
+
+    def send(**event):
+        data = (dumps(event, allow_nan=False) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            view = view[write(fd, view):]
+
+    with open(job_path) as f:
+        job = json.load(f)
+    os.remove(job_path)
+    lim = job["limits"]
+    import numpy  # noqa: F401  (every exercise uses it; imported before the limits, hook and snapshot)
+    if job.get("torch"):
+        import torch  # noqa: F401
+    set_limits(lim["memory_bytes"], lim["cpu_seconds"], lim["file_bytes"])
+    install_hook(os.getcwd(), job.get("deny", ()))
+    snap = snapshot()
+    send(ev="ready")
+
+    ns = {"__name__": "__graded__", "__builtins__": builtins}
+    cell_names = {}
+    for cell in job["cells"]:
+        name = f"<cell {cell['key']}>"
+        cell_names[name] = cell["label"]
+        lines = cell["source"].splitlines(True)
+        linecache.cache[name] = (len(cell["source"]), None, lines, name)
+        send(ev="cell", key=cell["key"])
+        error = None
+        try:
+            exec(compile(cell["source"], name, "exec"), ns)
+        except BaseException as exc:   # SystemExit and KeyboardInterrupt included
+            kind, msg, where = describe_error(exc, cell_names)
+            error = {"kind": kind, "message": msg, "where": where}
+        restore(snap)
+        send(ev="cell_done", key=cell["key"], error=error)
+
+    for task in job["tasks"]:
+        restore(snap)
+        send(ev="task", task=task["id"])
+        fn = ns.get(task["function"])
+        if not callable(fn):
+            send(ev="missing", task=task["id"])
+            send(ev="task_done", task=task["id"])
+            continue
+        for i, case in enumerate(task["cases"]):
+            send(ev="case", task=task["id"], i=i)
+            t0 = clock()
+            try:
+                args = decode(case["args"])
+                kwargs = decode(case["kwargs"]) if case.get("kwargs") else {}
+                value = fn(*args, **kwargs)
+            except BaseException as exc:   # SystemExit and KeyboardInterrupt included
+                restore(snap)
+                kind, msg, where = describe_error(exc, cell_names)
+                send(ev="result", task=task["id"], i=i, ok=False, kind=kind, message=msg, where=where,
+                     seconds=clock() - t0)
+                continue
+            restore(snap)   # before encoding: a patch made during the call can't touch the reply
+            seconds = clock() - t0
+            try:
+                out = encode(value)
+                size = len(dumps(out, allow_nan=False))
+                if size > lim["max_output"]:
+                    raise TypeError(f"the result is {size} bytes of data; at most "
+                                    f"{lim['max_output']} are accepted")
+                send(ev="result", task=task["id"], i=i, ok=True, value=out, seconds=seconds)
+            except BaseException as exc:
+                send(ev="result", task=task["id"], i=i, ok=False, kind="bad_output",
+                     message=describe_error(exc, {})[1],
+                     where="", seconds=seconds)
+            restore(snap)
+        send(ev="task_done", task=task["id"])
+    send(ev="done")
+
+
+if __name__ == "__main__":
+    main()

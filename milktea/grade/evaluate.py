@@ -1,0 +1,216 @@
+"""Turn a child's plain-data outcomes into points and feedback a learner can act on.
+
+Every comparison happens here, in the grader's process: whatever the student's code did to
+numpy, torch or builtins inside its own process cannot change a verdict.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from . import sandbox
+from .notebook import NotebookError, graded_cells, read_notebook
+from .prepare import Chapter
+from .spec import call_text, show
+
+SHOWN = 3   # public failures described in full per task
+
+WORDS = {
+    "wrong": "wrong answer",
+    "exception": "raised an error",
+    "not_implemented": "not implemented yet",
+    "missing": "function not found",
+    "syntax": "syntax error",
+    "timeout": "too slow / endless loop",
+    "crash": "the process died",
+    "exit": "called exit()",
+    "memory": "out of memory",
+    "blocked": "did something not allowed",
+    "bad_output": "returned an ungradable value",
+    "protocol": "wrote to the grader's channel",
+    "budget": "submission time budget used up",
+    "malformed": "notebook unreadable",
+    "not_submitted": "notebook not submitted",
+}
+
+
+@dataclass
+class TaskResult:
+    id: str
+    function: str
+    title: str
+    points: float
+    score: float = 0.0
+    passed: int = 0
+    total: int = 0
+    public_total: int = 0
+    public_passed: int = 0
+    kind: str = ""                              # "" when every case passed
+    lines: list = field(default_factory=list)  # feedback, one sentence each
+
+    @property
+    def public_ok(self) -> bool:
+        return self.public_passed == self.public_total and self.public_total > 0
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class NotebookResult:
+    chapter: str
+    path: str
+    tasks: list = field(default_factory=list)   # [TaskResult]
+    notes: list = field(default_factory=list)
+    output: str = ""
+    seconds: float = 0.0
+
+    @property
+    def score(self) -> float:
+        return round(sum(t.score for t in self.tasks), 2)
+
+    @property
+    def points(self) -> float:
+        return sum(t.points for t in self.tasks)
+
+
+def failed_all(chapter: Chapter, path: str, kind: str, message: str) -> NotebookResult:
+    """Every task of the chapter scores 0 for the same reason (unreadable, not submitted)."""
+    res = NotebookResult(chapter.name, path)
+    for p in chapter.tasks:
+        res.tasks.append(TaskResult(p.task.id, p.task.function, p.task.title, p.task.points,
+                                    total=len(p.cases), public_total=p.public, kind=kind, lines=[message]))
+    return res
+
+
+def grade_notebook(path: str, chapter: Chapter, limits: sandbox.Limits = sandbox.Limits(),
+                   deny=()) -> NotebookResult:
+    """Grade one notebook against a prepared chapter: read, run out of process, compare."""
+    name = os.path.basename(path)
+    try:
+        nb = read_notebook(path)
+    except NotebookError as e:
+        return failed_all(chapter, path, "malformed", str(e))
+    tasks = [p.task for p in chapter.tasks]
+    cells, where, notes = graded_cells(nb, tasks)
+    if not cells:
+        return failed_all(chapter, path, "missing",
+                          f"{name} has no graded cells (code cells tagged 'graded'): was the tag removed, "
+                          "or is this the right notebook?")
+    jobs = [sandbox.TaskJob(p.task.id, p.task.function, p.encoded) for p in chapter.tasks]
+    run = sandbox.run(cells, jobs, limits, deny)
+    res = NotebookResult(chapter.name, path, notes=list(notes), output=run.output, seconds=run.seconds)
+    labels = {c.key: c.label for c in cells}
+    for key, err in run.cell_errors.items():
+        if key not in where.values():
+            res.notes.append(f"{labels.get(key, key)} could not run: {_error_text(err, limits)}")
+    for p in chapter.tasks:
+        res.tasks.append(_task_result(p, run, where.get(p.task.id), labels, limits))
+    return res
+
+
+def _error_text(err: dict, limits) -> str:
+    text = err["message"]
+    if err["kind"] == "timeout":
+        text += " (an endless loop at the top level of the cell?)"
+    return text + (f" ({err['where']})" if err.get("where") else "")
+
+
+def _task_result(p, run, cell_key, labels, limits) -> TaskResult:
+    t = p.task
+    r = TaskResult(t.id, t.function, t.title, t.points, total=len(p.cases), public_total=p.public)
+    cell_err = run.cell_errors.get(cell_key) if cell_key else None
+    if t.id in run.missing or cell_key is None:
+        if cell_key is None:
+            r.kind = "missing"
+            r.lines.append(f"no cell tagged 'task:{t.id}' and no function named {t.function}: keep the name "
+                           f"and the tags (graded, task:{t.id}) of its cell")
+        elif cell_err:
+            r.kind = cell_err["kind"]
+            r.lines.append(f"{labels[cell_key]} could not run, so {t.function} was never defined: "
+                           f"{_error_text(cell_err, limits)}")
+        else:
+            r.kind = "missing"
+            r.lines.append(f"{labels[cell_key]} defines no function named {t.function}: was it renamed? "
+                           f"The grader calls {t.function}({', '.join(t.params)}).")
+        return r
+    if cell_err:
+        r.lines.append(f"note: {labels[cell_key]} raised an error when run: {_error_text(cell_err, limits)}")
+    outcomes = run.outcomes.get(t.id, [])
+    hidden_failed, shown, more, repeats, skipped, seen = 0, 0, 0, 0, 0, set()
+    for i, case in enumerate(p.cases):
+        o = outcomes[i] if i < len(outcomes) else sandbox.Outcome(False, kind="crash", message="was not run")
+        problem = _compare(t, p.expected[i], o.value, case.args) if o.ok else None
+        if o.ok and problem is None:
+            r.passed += 1
+            r.public_passed += i < p.public
+            continue
+        kind = "wrong" if o.ok else o.kind
+        r.kind = r.kind or kind
+        if i >= p.public:
+            hidden_failed += 1
+        elif kind == "skipped":
+            skipped += 1
+        elif kind == "not_implemented":
+            if not seen:
+                r.lines.append(f"replace the `raise NotImplementedError` line in {labels[cell_key]} with your code")
+            seen.add(kind)
+        elif not o.ok and (o.kind, o.message) in seen:
+            repeats += 1
+        elif shown < SHOWN:
+            shown += 1
+            seen.add((o.kind, o.message))
+            r.lines.append(_case_text(t, case, problem, o, limits))
+        else:
+            more += 1
+    if repeats:
+        r.lines.append(f"(the same error on {repeats} more public case{'s' if repeats > 1 else ''})")
+    if more:
+        r.lines.append(f"... and {more} more public case{'s' if more > 1 else ''} failed")
+    if skipped:
+        r.lines.append(f"{skipped} more public case{'s were' if skipped > 1 else ' was'} not run after that")
+    if hidden_failed and r.kind != "not_implemented":
+        r.lines.append(f"{hidden_failed} of {len(p.cases) - p.public} hidden checks failed")
+    r.score = round(t.points * r.passed / r.total, 2) if r.total else 0.0
+    return r
+
+
+def _compare(t, expected, got, args):
+    try:
+        return t.compare(expected, got, args)
+    except Exception as e:   # a shape of answer the comparator did not foresee
+        return f"returned {show(got)}, which could not be compared with the answer ({type(e).__name__})"
+
+
+def _case_text(t, case, problem, o, limits) -> str:
+    call = call_text(t.function, t.params, case)
+    head = f"case '{case.label}': {call}"
+    at = f"\n    at {o.where}" if o.where else ""
+    if o.ok:
+        return f"{head}\n    {problem}"
+    if o.kind == "timeout":
+        return f"{head}\n    did not finish within {limits.task_seconds:g} s (an endless loop, or far too slow?)"
+    if o.kind == "memory":
+        return f"{head}\n    ran out of memory (the limit is {limits.memory_mb} MB){at}"
+    if o.kind == "exit":
+        return f"{head}\n    called exit()/sys.exit() ({o.message}): return a value instead{at}"
+    if o.kind == "blocked":
+        return f"{head}\n    was refused: {o.message.split(': ', 1)[-1]}{at}"
+    if o.kind == "crash":
+        return f"{head}\n    the Python process running your code {o.message}"
+    if o.kind == "bad_output":
+        return f"{head}\n    returned a value the grader can't read: {o.message}"
+    if o.kind == "skipped":
+        return f"{head}\n    {o.message}"
+    if o.kind == "protocol":
+        return f"{head}\n    {o.message}: graded code must return its answer, not write to the grader"
+    if o.kind == "budget":
+        return f"{head}\n    not run: {o.message}"
+    return f"{head}\n    raised {o.message}{at}"
+
+
+def result_dict(res: NotebookResult) -> dict:
+    """Plain data for saving (no values from the student's process survive except text)."""
+    return {"chapter": res.chapter, "path": res.path, "notes": res.notes, "seconds": round(res.seconds, 3),
+            "tasks": [t.to_dict() for t in res.tasks], "output": res.output[-2000:]}
+

@@ -1,0 +1,131 @@
+"""Reading exercise notebooks safely and finding their graded cells.
+
+A graded cell is a code cell whose metadata tags include "graded" and "task:<id>" (for
+example "task:03.1"). Only those cells reach the grader; everything else in a notebook is
+ignored, so a learner's scratch cells can't break grading. Notebooks are read as plain
+JSON (no nbformat needed) and checked piece by piece: a broken file gets a clear message.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from .sandbox import Cell
+
+MAX_BYTES = 20 << 20
+CHAPTER = re.compile(r"^(\d\d)")
+
+
+class NotebookError(ValueError):
+    """The file is not a notebook the grader can read; the message says what is wrong."""
+
+
+def read_notebook(path: str) -> dict:
+    """Parse and check a .ipynb file. Raises NotebookError with a learner-readable reason."""
+    name = os.path.basename(path)
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_BYTES:
+            raise NotebookError(f"{name} is {size >> 20} MB; clear its outputs (Edit > Clear All Outputs) and save")
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise NotebookError(f"{name} could not be read: {e.strerror or e}") from None
+    try:
+        nb = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise NotebookError(f"{name} is not a notebook (not valid JSON): was it saved from Jupyter?") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise NotebookError(f"{name} has no list of cells: it is not a Jupyter notebook")
+    for i, cell in enumerate(nb["cells"]):
+        if not isinstance(cell, dict) or not isinstance(cell.get("cell_type"), str):
+            raise NotebookError(f"{name}: cell {i + 1} is malformed")
+        src = cell.get("source", "")
+        if isinstance(src, list) and all(isinstance(s, str) for s in src):
+            cell["source"] = "".join(src)
+        elif not isinstance(src, str):
+            raise NotebookError(f"{name}: cell {i + 1} has no readable source")
+        if not isinstance(cell.get("metadata", {}), dict):
+            cell["metadata"] = {}
+    if not isinstance(nb.get("metadata", {}), dict):
+        nb["metadata"] = {}
+    return nb
+
+
+def notebook_text(nb: dict) -> str:
+    """Jupyter's own layout: sorted keys, indent 1, one source line per list item."""
+    out = dict(nb, cells=[dict(c, source=c["source"].splitlines(True)) if isinstance(c["source"], str) else c
+                          for c in nb["cells"]])
+    return json.dumps(out, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def atomic_write(path: str, text: str) -> None:
+    """Write a temporary file next to `path`, flush it to disk, then rename it over `path`:
+    a reader sees the old file or the new one, never half of one."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def tags(cell: dict) -> list:
+    t = cell.get("metadata", {}).get("tags", [])
+    return [x for x in t if isinstance(x, str)] if isinstance(t, list) else []
+
+
+def cell_tasks(cell: dict) -> list:
+    """Task ids a cell is tagged with ("task:03.1" -> "03.1"), if it is a graded code cell."""
+    if cell.get("cell_type") != "code" or "graded" not in tags(cell):
+        return []
+    return [t[5:] for t in tags(cell) if t.startswith("task:")]
+
+
+def chapter_of(path: str, nb: dict | None, known) -> str | None:
+    """Which exercise a notebook is: its metadata first, then a 2-digit file-name prefix."""
+    meta = (nb or {}).get("metadata", {}).get("milktea", {})
+    if isinstance(meta, dict) and meta.get("chapter") in known:
+        return meta["chapter"]
+    m = CHAPTER.match(os.path.basename(path))
+    if m:
+        for chapter in known:
+            if chapter.startswith(m.group(1)):
+                return chapter
+    return None
+
+
+def graded_cells(nb: dict, tasks) -> tuple[list, dict, list]:
+    """The cells to run, which cell holds each task, and notes for the learner.
+
+    A task whose tagged cell is missing (tags lost by copy-paste) falls back to the last
+    untagged code cell that defines its function, with a note saying so."""
+    cells, where, notes = [], {}, []
+    wanted = {t.id: t for t in tasks}
+    code = [c for c in nb["cells"] if c.get("cell_type") == "code"]
+    for i, cell in enumerate(code):
+        ids = [t for t in cell_tasks(cell) if t in wanted]
+        if not ids and "graded" not in tags(cell):
+            continue
+        key = f"c{i}"
+        label = f"the cell of task {', '.join(ids)}" if ids else f"graded code cell {i + 1}"
+        cells.append(Cell(key, label, cell["source"]))
+        for t in ids:
+            where[t] = key
+    for task in tasks:
+        if task.id in where:
+            continue
+        pattern = re.compile(rf"^\s*def\s+{re.escape(task.function)}\s*\(", re.M)
+        found = [i for i, c in enumerate(code) if pattern.search(c["source"]) and not cell_tasks(c)]
+        if found:
+            i = found[-1]
+            key = f"c{i}"
+            if key not in {c.key for c in cells}:
+                cells.append(Cell(key, f"code cell {i + 1} (untagged, defines {task.function})", code[i]["source"]))
+            where[task.id] = key
+            notes.append(f"task {task.id}: no cell tagged 'task:{task.id}', so the untagged code cell "
+                         f"{i + 1} that defines {task.function} was used")
+    order = {f"c{i}": i for i in range(len(code))}
+    cells.sort(key=lambda c: order[c.key])
+    return cells, where, notes

@@ -1,0 +1,111 @@
+"""Public tests of exercise 05 (quantization): absmax int8, dequantize, stochastic, int4 packing."""
+import numpy as np
+
+from ..spec import Case, Task, _num, array, byte_array, number, show
+
+
+def _levels(bits):
+    return 2 ** (int(bits) - 1) - 1
+
+
+def _codes_problem(expected, got, y, bits):
+    """`got` must equal the reference codes, except by one step where the exact value sits on
+    a rounding boundary (float order of operations may tip it either way)."""
+    if not isinstance(got, np.ndarray):
+        return f"codes: expected a numpy array, got {show(got)}"
+    if got.dtype != np.int8:
+        return f"codes: expected dtype int8 (one byte each on the wire), got {got.dtype}"
+    if got.shape != expected.shape:
+        return f"codes: expected shape {tuple(expected.shape)}, got {tuple(got.shape)}"
+    L = _levels(bits)
+    if np.abs(got.astype(np.int64)).max(initial=0) > L:
+        return f"codes: {bits}-bit codes must lie in [-{L}, {L}], got {int(got.min())}..{int(got.max())}"
+    diff = got.astype(np.int64) - expected.astype(np.int64)
+    tie = np.abs(np.abs(y - np.floor(y)) - 0.5) < 1e-4
+    bad = (diff != 0) & ~((np.abs(diff) == 1) & tie)
+    if not bad.any():
+        return None
+    i = tuple(np.argwhere(bad)[0])
+    return f"codes: entry {list(i)}: expected {int(expected[i])}, got {int(got[i])} ({int(bad.sum())} of {bad.size} differ)"
+
+
+def _quantize_compare(expected, got, args):
+    x, bits = args
+    if not isinstance(got, (list, tuple)) or len(got) != 2:
+        return f"expected a tuple (codes, scale), got {show(got)}"
+    codes, scale = got
+    problem = number(rtol=1e-6)(expected[1], scale, args)
+    if problem:
+        return f"scale: {problem}"
+    s = float(expected[1])
+    y = np.asarray(x, np.float64) / s if s > 0 else np.zeros(np.shape(x))
+    problem = _codes_problem(expected[0], codes, y, bits)
+    if problem or s == 0:
+        return problem
+    err = np.abs(codes.astype(np.float64) * s - np.asarray(x, np.float64))
+    worst = int(np.argmax(err))
+    if err.flat[worst] > s / 2 * (1 + 1e-4):
+        return (f"entry {worst}: x = {_num(np.ravel(x)[worst])} decodes to {_num(codes.flat[worst] * s)}; the error "
+                f"{_num(err.flat[worst])} is more than half a step ({_num(s / 2)})")
+    return None
+
+
+def _stochastic_compare(expected, got, args):
+    x, scale, u, bits = args
+    y = np.asarray(x, np.float64) / scale + u
+    return _codes_problem(expected, got, y - 0.5, bits)   # boundaries of floor(y) sit at y - 0.5 = k + 0.5
+
+
+def _quantize_cases(rng, ref):
+    fixed = [Case("the biggest value maps to +127", (np.array([0.5, -0.25, 1.0, 0.0], np.float32), 8)),
+             Case("all zeros: scale 0, codes 0", (np.zeros(6, np.float32), 8)),
+             Case("a negative absmax", (np.array([0.1, -2.0, 0.7], np.float32), 8)),
+             Case("4 bits: 7 levels each side", (np.linspace(-1, 1, 9).astype(np.float32), 4)),
+             Case("2 bits and a 2-D input", (np.array([[0.2, -0.9], [0.45, 0.9]]), 2))]
+    rand = [Case("random gradient", (rng.standard_normal(int(rng.integers(1, 4000))).astype(rng.choice([np.float32, np.float64]))
+                                     * float(rng.uniform(1e-4, 10)), int(bits))) for bits in (8, 8, 4, 3)]
+    return fixed + rand
+
+
+def _dequantize_cases(rng, ref):
+    fixed = [Case("codes and a scale", (np.array([127, -64, 0, 1], np.int8), 0.01)),
+             Case("scale 0", (np.array([0, 0], np.int8), 0.0))]
+    rand = [Case("random codes", (rng.integers(-127, 128, int(rng.integers(1, 3000))).astype(np.int8),
+                                  float(rng.uniform(1e-5, 1)))) for _ in range(4)]
+    return fixed + rand
+
+
+def _stochastic_cases(rng, ref):
+    x = np.array([0.3, -0.3, 1.0, -1.0, 0.0], np.float32)
+    fixed = [Case("u = 0: always round down", (x, 0.1, np.zeros(5), 8)),
+             Case("u close to 1: round up unless exact", (x, 0.1, np.full(5, 0.999), 8)),
+             Case("values beyond the range are clipped", (np.array([2.0, -2.0], np.float32), 0.01, np.array([0.5, 0.5]), 8))]
+    rand = []
+    for bits in (8, 8, 4, 6):
+        n = int(rng.integers(1, 3000))
+        x = rng.standard_normal(n).astype(np.float32)
+        scale = float(np.abs(x).max() / _levels(bits))
+        rand.append(Case("random gradient and noise", (x, scale, rng.random(n), bits)))
+    return fixed + rand
+
+
+def _pack_cases(rng, ref):
+    fixed = [Case("two codes in one byte", (np.array([1, -1], np.int8),)),
+             Case("an odd count: the last high nibble is 0", (np.array([7, -7, 3], np.int8),)),
+             Case("a single code", (np.array([-7], np.int8),)),
+             Case("no codes", (np.zeros(0, np.int8),))]
+    rand = [Case("random 4-bit codes", (rng.integers(-7, 8, int(rng.integers(1, 5000))).astype(np.int8),))
+            for _ in range(4)]
+    return fixed + rand
+
+
+TASKS = [
+    Task("05.1", "absmax_quantize", 3, "absmax quantization within half a step",
+         _quantize_cases, _quantize_compare, ("x", "bits")),
+    Task("05.2", "dequantize", 1, "codes back to numbers",
+         _dequantize_cases, array(dtype=np.float32, rtol=1e-6), ("codes", "scale")),
+    Task("05.3", "stochastic_quantize", 2, "stochastic rounding with given noise",
+         _stochastic_cases, _stochastic_compare, ("x", "scale", "u", "bits")),
+    Task("05.4", "pack_int4", 2, "two 4-bit codes per byte",
+         _pack_cases, byte_array(), ("codes",)),
+]

@@ -1,0 +1,159 @@
+"""What a graded task is, and how a returned value is compared with the reference.
+
+A `Task` names the function a learner writes, its points, the cases it is called on
+(fixed edge cases plus fresh random ones from a seed) and a comparator. A comparator
+returns None when the answer is right, else one sentence in a learner's words.
+
+    >>> close = number(rtol=1e-6)
+    >>> close(2.0, 2.0, ()) is None, close(2.0, 3, ())
+    (True, 'expected 2, got 3')
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+
+@dataclass
+class Case:
+    """One call of a graded function: `fn(*args, **kwargs)`; `label` says what it tests."""
+    label: str
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
+class Task:
+    id: str                    # "03.1"
+    function: str              # the name the learner must keep
+    points: float
+    title: str
+    cases: Callable[[np.random.Generator], list]   # rng -> [Case]
+    compare: Callable[[Any, Any, tuple], "str | None"]
+    params: tuple = ()         # argument names, for messages
+
+    def __post_init__(self):
+        if self.points <= 0:
+            raise ValueError(f"task {self.id}: points must be > 0")
+
+
+# --- showing values in messages ---------------------------------------------------------
+
+def show(value, limit: int = 6) -> str:
+    """A short, readable rendering of a value for feedback."""
+    if isinstance(value, np.ndarray):
+        flat = value.ravel()
+        items = ", ".join(_num(v) for v in flat[:limit]) + (", ..." if flat.size > limit else "")
+        return f"{value.dtype} array of shape {tuple(value.shape)} [{items}]"
+    if isinstance(value, (bytes, bytearray)):
+        return f"{len(value)} bytes {bytes(value[:limit]).hex(' ')}{' ...' if len(value) > limit else ''}"
+    if isinstance(value, (list, tuple)):
+        if len(value) > limit:
+            return f"a list of {len(value)} items"
+        inner = ", ".join(show(v, limit) for v in value)
+        if isinstance(value, tuple):
+            return f"({inner},)" if len(value) == 1 else f"({inner})"
+        return f"[{inner}]"
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return _num(value)
+    if isinstance(value, dict):
+        return "a dict with keys " + ", ".join(map(str, list(value)[:limit]))
+    text = repr(value)
+    return text if len(text) < 60 else text[:57] + "..."
+
+
+def _num(v) -> str:
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v))
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    return f"{float(v):.6g}"
+
+
+def call_text(function: str, params: tuple, case: Case) -> str:
+    names = list(params) + [f"arg{i}" for i in range(len(params), len(case.args))]
+    parts = [f"{n}={show(a)}" for n, a in zip(names, case.args)]
+    parts += [f"{k}={show(v)}" for k, v in case.kwargs.items()]
+    return f"{function}({', '.join(parts)})"
+
+
+# --- comparators --------------------------------------------------------------------------
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+
+
+def number(rtol: float = 1e-9, atol: float = 1e-12):
+    """A single number, close to the reference; inf matches inf."""
+    def compare(expected, got, args):
+        if isinstance(got, np.ndarray) and got.size == 1 and got.dtype.kind in "iuf":
+            got = got.item()
+        if not _is_number(got):
+            return f"expected a number, got {show(got)}"
+        e, g = float(expected), float(got)
+        if e == g or (np.isfinite(e) and np.isfinite(g) and abs(e - g) <= atol + rtol * abs(e)):
+            return None
+        return f"expected {_num(e)}, got {_num(g)}"
+    return compare
+
+
+def array(dtype=None, rtol: float = 0.0, atol: float = 0.0, same_dtype_as: int | None = None):
+    """An array with the reference's shape, its values equal (or close with rtol/atol).
+    `dtype` (or the dtype of positional argument `same_dtype_as`) must match exactly: on the
+    wire the dtype is the byte count."""
+    def compare(expected, got, args):
+        want = np.dtype(dtype) if dtype is not None else (
+            np.asarray(args[same_dtype_as]).dtype if same_dtype_as is not None else None)
+        if isinstance(got, list) and want is None:
+            try:
+                got = np.asarray(got, dtype=float)
+            except (ValueError, TypeError):
+                return f"expected an array, got {show(got)}"
+        if not isinstance(got, np.ndarray):
+            return f"expected a numpy array, got {show(got)}"
+        if want is not None and got.dtype != want:
+            return f"expected dtype {want}, got {got.dtype}"
+        if got.shape != expected.shape:
+            return f"expected shape {tuple(expected.shape)}, got shape {tuple(got.shape)}"
+        e, g = expected.astype(np.float64), got.astype(np.float64)
+        bad = ~((e == g) | (np.isfinite(e) & (np.abs(e - g) <= atol + rtol * np.abs(e))))
+        if not bad.any():
+            return None
+        where = np.argwhere(bad)[0]
+        at = "[" + ", ".join(map(str, where)) + "]"
+        return (f"entry {at}: expected {_num(expected[tuple(where)])}, got {_num(got[tuple(where)])} "
+                f"({int(bad.sum())} of {bad.size} entries differ)")
+    return compare
+
+
+def several(*parts, names: tuple = ()):
+    """A tuple (or list) of values, each with its own comparator."""
+    names = names or tuple(f"item {i}" for i in range(len(parts)))
+
+    def compare(expected, got, args):
+        if not isinstance(got, (list, tuple)) or len(got) != len(parts):
+            return f"expected a tuple ({', '.join(names)}), got {show(got)}"
+        for name, cmp, e, g in zip(names, parts, expected, got):
+            problem = cmp(e, g, args)
+            if problem:
+                return f"{name}: {problem}"
+        return None
+    return compare
+
+
+def byte_array():
+    """Encoded bytes: a uint8 array (bytes objects are accepted too), equal byte for byte."""
+    exact = array(dtype=np.uint8)
+
+    def compare(expected, got, args):
+        if isinstance(got, (bytes, bytearray)):
+            got = np.frombuffer(bytes(got), dtype=np.uint8)
+        if isinstance(got, np.ndarray) and got.dtype == np.uint8 and got.shape != expected.shape:
+            return (f"expected {expected.size} bytes, got {got.size}: "
+                    f"expected {show(expected, 12)}, got {show(got, 12)}")
+        return exact(expected, got, args)
+    return compare

@@ -1,0 +1,79 @@
+"""Shared helpers of the grader tests: build submissions from the solution notebooks."""
+import copy
+import json
+from pathlib import Path
+
+from milktea.grade.notebook import atomic_write, cell_tasks, notebook_text, read_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "solutions"
+EXERCISES = ROOT / "exercises"
+HIDDEN = ROOT / "tests" / "hidden_example"
+CHAPTERS = ["01_bottleneck", "02_compress", "03_topk", "04_error_feedback", "05_quantization", "06_engineering"]
+
+
+def solution(chapter: str) -> dict:
+    return read_notebook(str(SOLUTIONS / f"{chapter}.ipynb"))
+
+
+def graded_cell(nb: dict, task_id: str) -> dict:
+    (cell,) = [c for c in nb["cells"] if task_id in cell_tasks(c)]
+    return cell
+
+
+def with_cell(nb: dict, task_id: str, source: str) -> dict:
+    """A copy of `nb` where the graded cell of `task_id` holds `source` instead."""
+    nb = copy.deepcopy(nb)
+    graded_cell(nb, task_id)["source"] = source
+    return nb
+
+
+def save(nb, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(nb, (bytes, str)):
+        path.write_bytes(nb if isinstance(nb, bytes) else nb.encode())
+    else:
+        atomic_write(str(path), notebook_text(nb))
+    return path
+
+
+def code_cell(source: str, tags=None) -> dict:
+    return {"cell_type": "code", "execution_count": None, "metadata": {"tags": tags} if tags else {},
+            "outputs": [], "source": source}
+
+
+TORCH_TOPK = {
+    "03.1": '''import torch
+
+def topk_threshold(x, k):
+    t = torch.as_tensor(x).float().abs().flatten()
+    return float(torch.kthvalue(t, t.numel() - k + 1).values)
+''',
+    "03.2": '''import torch
+
+def topk_sparsify(x, k):
+    t = torch.as_tensor(x)
+    thr = torch.kthvalue(t.abs().flatten(), t.numel() - k + 1).values
+    return torch.where(t.abs() >= thr, t, torch.zeros_like(t))
+''',
+    "03.3": '''import torch
+
+def topk_pack(x, k):
+    t = torch.as_tensor(x).flatten()
+    thr = torch.kthvalue(t.abs(), t.numel() - k + 1).values
+    idx = torch.nonzero(t.abs() >= thr).flatten()
+    return idx.to(torch.int32), t[idx]
+''',
+    "03.4": '''import torch
+
+def topk_unpack(indices, values, shape):
+    values = torch.as_tensor(values)
+    out = torch.zeros(int(torch.tensor(list(shape)).prod()), dtype=values.dtype)
+    out[torch.as_tensor(indices).long()] = values
+    return out.reshape(tuple(shape))
+''',
+}
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj, indent=1)

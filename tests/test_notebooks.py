@@ -1,0 +1,150 @@
+"""Every course notebook runs top to bottom in a fresh kernel; none is stored with outputs.
+
+The chapters are notebooks/*.ipynb, found at run time; tests/fixtures/widgets_demo.ipynb
+(a figure and a slider-driven view) runs beside them so the harness itself is always exercised.
+"""
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+FIXTURE = ROOT / "tests" / "fixtures" / "widgets_demo.ipynb"
+STORED = sorted(p for folder in ("notebooks", "exercises", "solutions", "tests/fixtures")
+                for p in (ROOT / folder).rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+CELL_TIMEOUT = 120  # seconds per cell
+
+
+def _id(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
+
+
+def _kernel_manager():
+    """A kernel from the interpreter running the tests, whatever kernelspecs are installed."""
+    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    class ThisPython(KernelSpecManager):
+        def get_kernel_spec(self, kernel_name):
+            # MPLBACKEND is unset so the kernel uses the inline backend, as in JupyterLab:
+            # figures are really drawn, and a figure that fails to draw fails its cell.
+            return KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f",
+                                    "{connection_file}"],
+                              display_name="milktea tests", language="python",
+                              env={"MPLBACKEND": "module://matplotlib_inline.backend_inline",
+                                   "PYTHONPATH": os.pathsep.join(
+                                       filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+
+    return KernelManager(kernel_spec_manager=ThisPython(), kernel_name="python3")
+
+
+def run_notebook(path: Path):
+    """Execute every code cell in order; return the executed notebook and
+    {cell index: seconds}.
+
+    Fails the calling test with the cell index, its first lines and the error.
+    """
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, km=_kernel_manager(), timeout=CELL_TIMEOUT,
+                            allow_errors=False, record_timing=False,
+                            resources={"metadata": {"path": str(path.parent)}})
+    times = {}
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            t0 = time.perf_counter()
+            try:
+                client.execute_cell(cell, index, execution_count=len(times) + 1)
+            except (CellExecutionError, CellTimeoutError, DeadKernelError) as e:
+                head = "\n".join("    " + line for line in cell.source.splitlines()[:8])
+                pytest.fail(f"{_id(path)}: cell {index} failed ({type(e).__name__}) after "
+                            f"{time.perf_counter() - t0:.1f} s\n{head}\n\n{e}", pytrace=False)
+            times[index] = time.perf_counter() - t0
+    return nb, times
+
+
+@pytest.mark.notebooks
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("path", CHAPTERS + [FIXTURE], ids=_id)
+def test_notebook_runs_top_to_bottom(path, wall_times):
+    t0 = time.perf_counter()
+    nb, times = run_notebook(path)
+    total = time.perf_counter() - t0
+    assert sorted(times) == [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    if path == FIXTURE:  # the harness itself: figures are really drawn, widgets displayed
+        kinds = [set(o.get("data", {})) for c in nb.cells if c.cell_type == "code"
+                 for o in c.outputs]
+        assert any("image/png" in k for k in kinds), "the inline backend drew no figure"
+        assert any("application/vnd.jupyter.widget-view+json" in k for k in kinds)
+    wall_times.setdefault("notebooks (fresh kernel, top to bottom)", {})[_id(path)] = total
+    if times:
+        slowest = max(times, key=times.get)
+        wall_times.setdefault("slowest cell of each notebook", {})[
+            f"{_id(path)} cell {slowest}"] = times[slowest]
+
+
+@pytest.mark.parametrize("path", STORED, ids=_id)
+def test_notebook_is_stored_clean(path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    assert nb.get("nbformat") == 4, f"{_id(path)}: not an nbformat 4 notebook"
+    fix = "run: python tools/strip_outputs.py (or make strip)"
+    assert "widgets" not in nb.get("metadata", {}), f"{_id(path)} stores widget state; {fix}"
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        assert cell.get("outputs") == [], f"{_id(path)}: cell {i} has stored outputs; {fix}"
+        assert cell.get("execution_count") is None, \
+            f"{_id(path)}: cell {i} has an execution count; {fix}"
+
+
+def test_chapters_are_named_by_number():
+    names = [p.name for p in CHAPTERS]
+    for name in names:
+        assert re.fullmatch(r"\d\d_[a-z0-9_]+\.ipynb", name), \
+            f"chapter {name!r}: name it notebooks/NN_<slug>.ipynb (lower case, underscores)"
+    numbers = [name[:2] for name in names]
+    assert len(set(numbers)) == len(numbers), f"two chapters share a number: {names}"
+
+
+def test_strip_tool_removes_outputs(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import strip_outputs
+    finally:
+        sys.path.pop(0)
+    nb = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    nb["metadata"]["widgets"] = {"application/vnd.jupyter.widget-state+json": {}}
+    code = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    code["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["hi\n"]}]
+    code["execution_count"] = 3
+    code["metadata"]["execution"] = {"iopub.status.idle": "2024-01-01T00:00:00Z"}
+    dirty = tmp_path / "dirty.ipynb"
+    dirty.write_text(json.dumps(nb), encoding="utf-8")
+    assert strip_outputs.main(["--check", str(dirty)]) == 1
+    assert strip_outputs.main([str(dirty)]) == 0
+    assert strip_outputs.main(["--check", str(dirty)]) == 0
+    assert dirty.read_text(encoding="utf-8") == FIXTURE.read_text(encoding="utf-8")
+
+
+def test_harness_names_the_failing_cell(tmp_path):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+    nb = new_notebook(cells=[new_markdown_cell("# broken"), new_code_cell("x = 1"),
+                             new_code_cell("y = x / 0"), new_code_cell("never = True")])
+    path = tmp_path / "broken.ipynb"
+    nbformat.write(nb, path)
+    with pytest.raises(pytest.fail.Exception) as e:
+        run_notebook(path)
+    msg = str(e.value)
+    assert "cell 2 failed" in msg and "ZeroDivisionError" in msg and "y = x / 0" in msg
