@@ -64,3 +64,23 @@ def test_overlap_explorer():
     from milktea.experiments.engineering import Profile
     from milktea.widgets.engineering import overlap_explorer
     check_view(overlap_explorer(Profile.uniform(16, 1_000_000, 0.1), forward_s=0.05))
+
+
+def test_decision_guide():
+    from milktea.widgets.dashboard import decision_guide
+    view = check_view(decision_guide(gbit=10, params=1e9, workers=16, compute_s=0.5))
+    html = view.children[-1].outputs[0]["data"]["text/html"]
+    assert "choice:" in html and "<table>" in html
+
+
+def test_dashboard_before_a_run():
+    from milktea.widgets.dashboard import Dashboard
+    d = Dashboard(["dense", "sign"], steps=3)
+    check_view(d.view)
+    assert "no run yet" in d.header.value
+
+
+def test_reveal_is_collapsed():
+    from milktea.widgets.dashboard import reveal
+    acc = reveal("<b>42</b>")
+    assert acc.selected_index is None and acc.children[0].value == "<b>42</b>"

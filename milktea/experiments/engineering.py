@@ -278,3 +278,43 @@ def accumulation_runs(task, accumulate=(1, 2, 4, 8), micro_batch: int = 16, samp
                      eval_every=max(1, steps // 10), device=device, progress=False)
         out.append(Accumulated(a, h, steps, h.total_bytes / workers / 1e6, h.final("accuracy")))
     return out
+
+
+# --- re-pricing a measured comparison on other links --------------------------------------
+
+def reprice(comparison, gbits, latency: float | None = None, skip: int | None = None) -> dict:
+    """Step time of each scheme of a measured `milktea.dist.compare` run, re-priced on links
+    of other bandwidths: the measured compute and codec time stay, the collectives each step
+    really issued are priced by the cost model. Returns {"gbit": [...], label: [speedup over
+    dense, ...]}."""
+    from ..dist.report import predict_step
+    latency = comparison.model_link.latency if latency is None else latency
+    skip = comparison.skip if skip is None else skip
+    times = {}
+    for res in comparison.results:
+        if "records" not in res:
+            continue
+        recs = res["records"][skip:]
+        times[res["label"]] = [sorted(predict_step(comparison.compute, r, cost.Link.gbit(b, latency),
+                                                   comparison.workers) for r in recs)[len(recs) // 2]
+                               for b in gbits]
+    dense = next((v for k, v in times.items() if k.startswith("dense")), None)
+    if dense is None:
+        raise ValueError("the comparison has no dense run to compare against")
+    out = {"gbit": list(gbits)}
+    for label, ts in times.items():
+        if not label.startswith("dense"):
+            out[label] = [d / t for d, t in zip(dense, ts)]
+    return out
+
+
+def crossing(gbits, speedups) -> float:
+    """The bandwidth where a speedup curve falls through 1 (log-interpolated); inf if it never
+    does on the grid, 0 if it starts below 1."""
+    if speedups[0] < 1:
+        return 0.0
+    for (b0, s0), (b1, s1) in zip(zip(gbits, speedups), zip(gbits[1:], speedups[1:])):
+        if s0 >= 1 > s1:
+            f = math.log(s0) / (math.log(s0) - math.log(s1))
+            return math.exp(math.log(b0) + f * (math.log(b1) - math.log(b0)))
+    return math.inf

@@ -6,6 +6,7 @@ Run on every rank by `milktea.dist.launch` (this module is importable by the wor
     from milktea.experiments.overlap_probe import probe
     out = launch(probe, 2, kwargs=dict(link_gbit=1.0))
     out["runs"]["4 MB buckets"][-1]     # the last step: forward, per bucket (ready, done), end
+    out["calibrated"]                   # the link as the cost model fits it: (bytes/s, latency s)
 
 For each setting the probe builds a fresh deep MLP in DDP, registers milktea's hook (dense
 all-reduce through an emulated link, or a compressor), and wraps it to time-stamp each
@@ -97,17 +98,23 @@ def _one_setting(model_kw, batch, steps, bucket_mb, link, compressor, seed, devi
 
 def probe(width: int = 1024, depth: int = 4, batch: int = 256, steps: int = 4, link_gbit: float = 1.0,
           latency_us: float = 50.0, settings=DEFAULT_SETTINGS, compressor=None, seed: int = 0) -> dict:
-    """Every rank: run each (label, link or None, bucket MB) setting for `steps` steps and return
-    the per-step time stamps (rank 0's are what launch hands back)."""
+    """Every rank: calibrate the cost model on the emulated link (dense all-reduces of a few
+    sizes, `calibrated` = (bandwidth B/s, latency s)), then run each (label, link or None,
+    bucket MB) setting for `steps` steps and return the per-step time stamps (rank 0's are
+    what launch hands back)."""
     import torch.distributed as dist
+    from milktea.dist.calibrate import calibrate_link
     from milktea.dist.link import EmulatedLink
     from milktea.dist.train import device_for_rank
     device = device_for_rank()
+    fitted = calibrate_link((256 << 10, 2 << 20, 8 << 20), repeats=3,
+                            emulated=EmulatedLink.gbit(link_gbit, latency_us * 1e-6), device=device)
     runs = {}
     for label, use_link, bucket_mb in settings:
         link = EmulatedLink.gbit(link_gbit, latency_us * 1e-6) if use_link else None
         runs[label] = _one_setting(dict(width=width, depth=depth), batch, steps, bucket_mb, link,
                                    compressor, seed, device)
     return {"runs": runs, "workers": dist.get_world_size(), "link_gbit": link_gbit,
+            "calibrated": (fitted.bandwidth, fitted.latency),
             "latency_us": latency_us, "params": sum(p.numel() for p in deep_mlp(width, depth).parameters()),
             "device": str(device), "batch": batch}

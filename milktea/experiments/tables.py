@@ -42,3 +42,15 @@ def show(rows: list[dict], columns: list[str] | None = None, digits: int = 3):
     """The table as an IPython Markdown object (displays as a table in a notebook)."""
     from IPython.display import Markdown
     return Markdown(markdown_table(rows, columns, digits))
+
+
+def html_table(rows: list[dict], columns: list[str] | None = None, digits: int = 3) -> str:
+    """An HTML table of `rows` (for widgets, which show HTML, not markdown)."""
+    import html
+    if not rows:
+        raise ValueError("html_table needs at least one row")
+    columns = columns or list(rows[0])
+    head = "".join(f"<th style='padding:2px 8px'>{html.escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(fmt(r.get(c), digits))}</td>"
+                                    for c in columns) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
