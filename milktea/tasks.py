@@ -93,7 +93,8 @@ class Quadratic(Task):
     numpy's legacy generator (so `seed=42` gives the seed demo's numbers) and w starting at 0.
 
     Each worker holds examples x of w*: exactly w* when `noise` is 0, else `samples` noisy
-    copies w* + noise * N(0, 1), so that workers see different gradients.
+    copies w* + noise * N(0, 1), so that workers see different gradients. float32 like a
+    real gradient (so packet sizes are realistic); `dtype=torch.float64` follows numpy exactly.
 
     >>> task = Quadratic(1000, seed=42)
     >>> round(task.evaluate(task.model())["error"], 3)    # ||0 - w*||
@@ -102,7 +103,7 @@ class Quadratic(Task):
     name = "quadratic"
 
     def __init__(self, n_params: int = 1000, seed: int = 42, *, noise: float = 0.0, samples: int = 1,
-                 dtype: torch.dtype = torch.float64):
+                 dtype: torch.dtype = torch.float32):
         self.n = _int("n_params", n_params, 1)
         self.seed = _int("seed", seed, 0)
         if not isinstance(noise, (int, float)) or isinstance(noise, bool) or not np.isfinite(noise) or noise < 0:
@@ -137,6 +138,8 @@ class Quadratic(Task):
 
     def __repr__(self) -> str:
         extra = f", noise={self.noise}, samples={self.samples}" if self.noise else ""
+        if self.dtype != torch.float32:
+            extra += f", dtype={self.dtype}"
         return f"Quadratic(n_params={self.n}, seed={self.seed}{extra})"
 
 

@@ -8,13 +8,16 @@ from milktea.tasks import Digits, Quadratic
 def test_quadratic_matches_the_seed_generator():
     np.random.seed(42)
     expected = np.random.randn(1000)
-    task = Quadratic(1000, seed=42)
+    task = Quadratic(1000, seed=42, dtype=torch.float64)
     np.testing.assert_array_equal(task.optimal.numpy(), expected)
-    assert task.optimal.dtype == torch.float64
+    default = Quadratic(1000, seed=42)
+    assert default.optimal.dtype == torch.float32 and default.model().w.dtype == torch.float32
+    np.testing.assert_array_equal(default.optimal.numpy(), expected.astype(np.float32))
+    assert repr(task) == "Quadratic(n_params=1000, seed=42, dtype=torch.float64)"
 
 
 def test_quadratic_gradient_is_w_minus_optimal():
-    task = Quadratic(50, seed=3)
+    task = Quadratic(50, seed=3, dtype=torch.float64)
     model = task.model()
     with torch.no_grad():
         model.w.copy_(torch.randn(50, dtype=torch.float64))
