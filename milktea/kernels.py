@@ -40,85 +40,96 @@ def _sync_threads():
         numba.set_num_threads(min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
 
 
+BLOCK = 1 << 15   # entries per parallel work item in the loops below
+
 if HAVE_NUMBA:
+    # Loops are written over slices (xs[i] for i in range(len)), which LLVM vectorizes;
+    # indexing the full array with offsets (x[s + i]) runs about twice slower.
     @njit(parallel=True, fastmath=True, cache=True, nogil=True)
     def _nb_quantize(x, chunk, qmax, codes, scales):  # pragma: no cover - compiled
         n = x.size
-        nch = (n + chunk - 1) // chunk
         off = np.float32(qmax) + np.float32(1.5)   # offset qmax+1, plus 0.5 to round
-        for c in prange(nch):
+        for c in prange((n + chunk - 1) // chunk):
             s = c * chunk
             e = min(s + chunk, n)
+            xs = x[s:e]
+            cs = codes[s:e]
             m = np.float32(0.0)
-            for i in range(s, e):
-                m = max(m, abs(x[i]))
+            for i in range(e - s):
+                m = max(m, abs(xs[i]))
             scales[c] = m / np.float32(qmax)
             inv = np.float32(qmax) / max(m, np.float32(1e-38))
-            for i in range(s, e):
-                codes[i] = np.uint8(np.int32(x[i] * inv + off))
+            for i in range(e - s):
+                cs[i] = np.uint8(np.int32(xs[i] * inv + off))
 
     @njit(parallel=True, fastmath=True, cache=True, nogil=True)
     def _nb_dequantize(codes, scales, chunk, qmax, out):  # pragma: no cover - compiled
         n = out.size
-        nch = (n + chunk - 1) // chunk
-        for c in prange(nch):
+        for c in prange((n + chunk - 1) // chunk):
             s = c * chunk
             e = min(s + chunk, n)
+            cs = codes[s:e]
+            os_ = out[s:e]
             sc = scales[c]
             off = np.float32(qmax + 1) * sc
-            for i in range(s, e):
-                out[i] = np.float32(codes[i]) * sc - off
+            for i in range(e - s):
+                os_[i] = np.float32(cs[i]) * sc - off
 
     @njit(parallel=True, fastmath=True, cache=True, nogil=True)
-    def _nb_l1(x):  # pragma: no cover - compiled
-        s = 0.0
-        for i in prange(x.size):
-            s += abs(x[i])
-        return s
-
-    @njit(parallel=True, fastmath=True, cache=True, nogil=True)
-    def _nb_sign_pack(bits32, out):  # pragma: no cover - compiled
-        # bits32: the float32 gradient viewed as uint32; bit 31 is the sign.
-        nb = out.size
+    def _nb_sign_pack(bits32, out, partial_l1):  # pragma: no cover - compiled
+        # bits32: the float32 gradient viewed as uint32; bit 31 is the sign, the rest |x|.
         n = bits32.size
-        for b in prange(nb):
-            base = b * 8
-            v = np.uint32(0)
-            if base + 8 <= n:
-                for j in range(8):
-                    v |= (bits32[base + j] >> np.uint32(31)) << np.uint32(j)
-            else:
-                for j in range(n - base):
-                    v |= (bits32[base + j] >> np.uint32(31)) << np.uint32(j)
-            out[b] = np.uint8(v)
+        for b in prange((n + BLOCK - 1) // BLOCK):
+            s = b * BLOCK
+            e = min(s + BLOCK, n)
+            xs = bits32[s:e]
+            signs = np.zeros(BLOCK, dtype=np.uint8)
+            acc = np.float32(0.0)
+            for i in range(e - s):
+                signs[i] = np.uint8(xs[i] >> np.uint32(31))
+                acc += np.uint32(xs[i] & np.uint32(0x7FFFFFFF)).view(np.float32)
+            partial_l1[b] = acc
+            # eight 0/1 bytes -> one byte: a multiply gathers them into the top byte
+            words = signs.view(np.uint64)
+            os_ = out[s // 8:(e + 7) // 8]
+            for j in range(os_.size):
+                os_[j] = np.uint8((words[j] * np.uint64(0x0102040810204080)) >> np.uint64(56))
 
     @njit(parallel=True, fastmath=True, cache=True, nogil=True)
     def _nb_sign_unpack(packed, scale, out):  # pragma: no cover - compiled
         n = out.size
-        nb = (n + 7) // 8
         two = np.float32(2.0) * scale
-        for b in prange(nb):
-            v = packed[b]
-            base = b * 8
-            for j in range(min(8, n - base)):
-                out[base + j] = scale - two * np.float32((v >> j) & 1)
-
+        for b in prange((n + BLOCK - 1) // BLOCK):
+            s = b * BLOCK
+            e = min(s + BLOCK, n)
+            os_ = out[s:e]
+            ps = packed[s // 8:(e + 7) // 8]
+            for i in range(e - s):
+                os_[i] = scale - two * np.float32((ps[i >> 3] >> (i & 7)) & 1)
 
     @njit(parallel=True, fastmath=True, cache=True, nogil=True)
-    def _nb_count_above(x, t, block, counts):  # pragma: no cover - compiled
+    def _nb_count_above(x, t, counts):  # pragma: no cover - compiled
+        n = x.size
         for b in prange(counts.size):
+            s = b * BLOCK
+            e = min(s + BLOCK, n)
+            xs = x[s:e]
             c = 0
-            for i in range(b * block, min((b + 1) * block, x.size)):
-                c += abs(x[i]) >= t
+            for i in range(e - s):
+                c += abs(xs[i]) >= t
             counts[b] = c
 
     @njit(parallel=True, cache=True, nogil=True)
-    def _nb_fill_above(x, t, block, starts, out):  # pragma: no cover - compiled
+    def _nb_fill_above(x, t, starts, out):  # pragma: no cover - compiled
+        n = x.size
         for b in prange(starts.size):
+            s = b * BLOCK
+            e = min(s + BLOCK, n)
+            xs = x[s:e]
             j = starts[b]
-            for i in range(b * block, min((b + 1) * block, x.size)):
-                if abs(x[i]) >= t:
-                    out[j] = i
+            for i in range(e - s):
+                if abs(xs[i]) >= t:
+                    out[j] = s + i
                     j += 1
 
 
@@ -175,13 +186,20 @@ def dequantize(codes: torch.Tensor, scales: torch.Tensor, chunk: int, qmax: int,
 def sign_pack(x: torch.Tensor) -> torch.Tensor:
     """Pack the sign bits of a flat float32 tensor (1 = negative), 8 per byte."""
     n = x.numel()
+    return sign_pack_l1(x)[0]
+
+
+def sign_pack_l1(x: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Sign bits of a flat float32 tensor (1 = negative), 8 per byte, and sum |x|."""
+    n = x.numel()
     if use_numba(x):
         _sync_threads()
         out = torch.empty((n + 7) // 8, dtype=torch.uint8)
-        _nb_sign_pack(_np(x).view(np.uint32), _np(out))
-        return out
+        partial = np.empty((n + BLOCK - 1) // BLOCK, dtype=np.float32)
+        _nb_sign_pack(_np(x).view(np.uint32), _np(out), partial)
+        return out, float(partial.sum(dtype=np.float64))
     from .bits import pack
-    return pack(torch.signbit(x).view(torch.uint8), 1)
+    return pack(torch.signbit(x).view(torch.uint8), 1), float(torch.linalg.vector_norm(x, 1))
 
 
 def sign_unpack(packed: torch.Tensor, scale: float, out: torch.Tensor) -> torch.Tensor:
@@ -202,20 +220,12 @@ def above_threshold(x: torch.Tensor, t: float) -> torch.Tensor:
     if use_numba(x) and x.dtype in (torch.float32, torch.float64):
         _sync_threads()
         xn = _np(x)
-        block = 1 << 16
-        counts = np.empty((x.numel() + block - 1) // block, dtype=np.int64)
-        _nb_count_above(xn, xn.dtype.type(t), block, counts)
+        counts = np.empty((x.numel() + BLOCK - 1) // BLOCK, dtype=np.int64)
+        _nb_count_above(xn, xn.dtype.type(t), counts)
         starts = np.zeros_like(counts)
         np.cumsum(counts[:-1], out=starts[1:])
         out = torch.empty(int(counts.sum()), dtype=torch.int64)
-        _nb_fill_above(xn, xn.dtype.type(t), block, starts, _np(out))
+        _nb_fill_above(xn, xn.dtype.type(t), starts, _np(out))
         return out
     return (x.abs() >= t).nonzero().reshape(-1)
 
-
-def l1_norm(x: torch.Tensor) -> float:
-    """sum |x| of a flat float32 tensor."""
-    if use_numba(x):
-        _sync_threads()
-        return float(_nb_l1(_np(x)))
-    return float(torch.linalg.vector_norm(x, 1))

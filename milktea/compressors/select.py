@@ -20,6 +20,7 @@ from .. import kernels
 
 SMALL = 1 << 15          # below this many elements, select directly
 TARGET_HITS = 4096       # sample elements expected above the threshold
+RUN = 16                 # sampled entries read together (one 64-byte cache line of float32)
 
 
 def _kth_largest_sorted_indices(a: torch.Tensor, k: int) -> torch.Tensor:
@@ -40,15 +41,20 @@ def _kth_largest_sorted_indices(a: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def _sample_threshold(flat: torch.Tensor, expect: float, gen: torch.Generator) -> float | None:
-    """A threshold t with about `expect` entries of |flat| above it, from a sample (None: too few)."""
+    """A threshold t with about `expect` entries of |flat| above it, from a sample (None: too few).
+
+    The sample is made of aligned runs of RUN entries at random places: reading whole
+    cache lines costs a fraction of what the same number of scattered reads costs.
+    """
     n = flat.numel()
     m = int(min(n, max(65536, TARGET_HITS * n / max(expect, 1.0))))
     if m >= n // 2:
         return None
-    idx = torch.randint(n, (m,), generator=gen, device="cpu").to(flat.device)
-    s = flat[idx].abs().float().cpu()
-    above = min(m - 1, max(0, int(round(expect * m / n))))
-    return float(torch.kthvalue(s, m - above).values)
+    rows = flat[: n - n % RUN].view(-1, RUN)
+    pick = torch.randint(rows.shape[0], (m // RUN,), generator=gen, device="cpu").to(flat.device)
+    s = rows.index_select(0, pick).reshape(-1).abs()
+    above = min(s.numel() - 1, max(0, int(round(expect * s.numel() / n))))
+    return float(torch.topk(s, above + 1, sorted=False).values.min())
 
 
 def select_topk(flat: torch.Tensor, k: int, *, approximate: bool = False, tolerance: float = 0.05,
@@ -71,6 +77,6 @@ def select_topk(flat: torch.Tensor, k: int, *, approximate: bool = False, tolera
         if approximate and abs(c - k) <= tolerance * k:
             return cand
         if c >= k:
-            return cand[_kth_largest_sorted_indices(flat[cand].abs(), k)]
+            return cand[_kth_largest_sorted_indices(flat.index_select(0, cand).abs(), k)]
         expect *= 2.0 * k / max(c, 1)   # too few above t: aim lower and try again
     return _kth_largest_sorted_indices(flat.abs(), k)

@@ -27,8 +27,9 @@ class Sign(Compressor):
 
     def _compress(self, t):
         x = flat_float32(t)
-        scale = torch.tensor([kernels.l1_norm(x) / x.numel()], dtype=torch.float32, device=x.device)
-        return Packet("sign", tuple(t.shape), t.dtype, (), (kernels.sign_pack(x), to_bytes(scale)))
+        bits, l1 = kernels.sign_pack_l1(x)
+        scale = torch.tensor([l1 / x.numel()], dtype=torch.float32, device=x.device)
+        return Packet("sign", tuple(t.shape), t.dtype, (), (bits, to_bytes(scale)))
 
 
 def _decode_sign(packet, out=None):

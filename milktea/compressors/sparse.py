@@ -46,7 +46,7 @@ class Sparsifier(Compressor):
         """(sorted indices, values) this compressor would send for `tensor`."""
         flat = tensor.reshape(-1)
         idx = self.select(flat)
-        return idx, flat[idx]
+        return idx, flat.index_select(0, idx)
 
     def _repr_args(self):
         return {"ratio": self.ratio} if self.ratio is not None else {"k": self.k}
