@@ -1,1 +1,6 @@
-"""matplotlib figures of the course, one module per topic."""
+"""Matplotlib figures shared by the chapters, one module per topic. Each function draws on
+an `ax` you pass (or a new figure) and returns it, so a notebook can place figures side by
+side and a widget can redraw into its own figure."""
+from . import dashboard  # noqa: F401
+from . import engineering  # noqa: F401
+from . import quantization  # noqa: F401
