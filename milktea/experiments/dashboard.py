@@ -81,7 +81,8 @@ class Recorder:
 
 
 def live_run(names, on_record=None, *, workers: int = 2, link_gbit: float | None = 1.0, latency_us: float = 50.0,
-             steps: int = 20, hidden: int = 16384, batch: int = 32, lr: float = 0.05, ratio: float = 0.01,
+             steps: int = 20, hidden: int = 16384, batch: int = 32, lr: float = 0.05, momentum: float = 0.9,
+             ratio: float = 0.01,
              powersgd_rank: int = 4, seed: int = 0, calibrate_sizes=(64 << 10, 1 << 20, 8 << 20),
              profile_steps: int = 3, timeout: float | None = None):
     """Train every scheme in `names` on `workers` local ranks over an emulated link, calling
@@ -96,7 +97,8 @@ def live_run(names, on_record=None, *, workers: int = 2, link_gbit: float | None
     for n in names:
         if n not in schemes.SCHEMES:
             raise ValueError(f"unknown scheme {n!r}; choose from {', '.join(schemes.SCHEMES)}")
-    cfg = dict(steps=steps, hidden=hidden, batch=batch, lr=lr, ratio=ratio, powersgd_rank=powersgd_rank, seed=seed)
+    cfg = dict(steps=steps, hidden=hidden, batch=batch, lr=lr, momentum=momentum, ratio=ratio,
+               powersgd_rank=powersgd_rank, seed=seed)
     TrainConfig(**cfg)
     out = launch(_worker, workers, (cfg, names, link_gbit, latency_us, list(calibrate_sizes), profile_steps),
                  on_message=on_record, timeout=timeout)
