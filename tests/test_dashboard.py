@@ -51,3 +51,27 @@ def test_live_run_streams_records_and_tables():
     assert all(s["seconds"] >= 0 for s in stages)
     with pytest.raises(ValueError, match="no finished run"):
         exp.stage_times(result, "topk")
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_dashboard_redraws_while_training():
+    pytest.importorskip("milktea.dist.compare")
+    from milktea.widgets.dashboard import Dashboard
+    d = Dashboard(["dense", "sign"], steps=6, hidden=64, redraw_s=0.05)
+    draws = []
+    original = d._draw
+
+    def counting():
+        draws.append(len(d.recorder.snapshot()[0]) if d.recorder else 0)
+        original()
+    d._draw = counting
+    before = d.whatif_out.outputs
+    d.run(batch=16)
+    assert len(draws) >= 4                        # before, during (more than once), after
+    assert any(0 < n for n in draws[1:-1])        # some redraw saw records mid-run
+    assert "2 schemes trained" in d.header.value
+    assert d.whatif_out.outputs != before         # the what-if view now re-prices the run
+    old = d.whatif_out.outputs
+    d.whatif.value = 0.1
+    assert d.whatif_out.outputs != old

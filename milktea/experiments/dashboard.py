@@ -13,6 +13,8 @@ record reaches `on_record` while the workers go on training.
 """
 from __future__ import annotations
 
+import copy
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -47,9 +49,19 @@ class Recorder:
     done: list = field(default_factory=list)
     updates: int = 0
     started: float = field(default_factory=time.perf_counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def __call__(self, rank: int, msg) -> None:
         """The on_message callback of milktea.dist.launch (rank 0's messages)."""
+        with self._lock:
+            self._take(msg)
+
+    def snapshot(self) -> tuple[dict, str]:
+        """(a copy of the series, the status line), safe to read while records arrive."""
+        with self._lock:
+            return copy.deepcopy(self.series), self.status
+
+    def _take(self, msg) -> None:
         kind = msg[0]
         if kind == "start":
             _, _, label, self.steps = msg

@@ -7,7 +7,7 @@ import html
 from ..experiments import dashboard as exp
 from ..experiments.tables import html_table
 from ..plots import dashboard as plots
-from .figure_output import Throttle, new_figure, show_figure, show_html
+from .figure_output import new_figure, show_figure, show_html
 
 LINKS = [("0.1 Gbit/s", 0.1), ("0.3 Gbit/s", 0.3), ("1 Gbit/s", 1.0), ("3 Gbit/s", 3.0), ("10 Gbit/s", 10.0),
          ("loopback (no emulation)", 0.0)]
@@ -38,7 +38,7 @@ class Dashboard:
                                        style={"description_width": "initial"})
         self.whatif_out = w.Output()
         self.whatif.observe(self._reprice, names="value")
-        self._throttle = Throttle(redraw_s)
+        self._every = redraw_s
         self._draw()
         self._reprice()
         self.view = w.VBox([self.header, self.live_out, w.HBox([self.link, self.steps, self.button]),
@@ -48,30 +48,40 @@ class Dashboard:
         from IPython.display import display
         display(self.view)
 
-    def _on_message(self, rank, msg):
-        self.recorder(rank, msg)
-        if self._throttle.ready(force=msg[0] in ("start", "done")):
-            self._draw()
+    def _paint_while(self, done, every: float):
+        """Redraw from a thread of its own while the run goes on, so the launcher's loop
+        (which receives the records) never waits for matplotlib."""
+        seen = -1
+        while not done.wait(every):
+            if self.recorder is not None and self.recorder.updates != seen:
+                seen = self.recorder.updates
+                self._draw()
 
     def _draw(self):
-        rec = self.recorder
+        series, status = self.recorder.snapshot() if self.recorder else ({}, "no run yet")
         fig = new_figure((11, 5.2))
-        plots.live(rec.series if rec else {}, fig=fig)
+        plots.live(series, fig=fig)
         show_figure(self.live_out, fig, dpi=72)
-        self.header.value = f"<b>head office</b>: {rec.status if rec else 'no run yet'}"
+        self.header.value = f"<b>head office</b>: {status}"
 
     def run(self, schemes=None, **options):
         """Train every scheme with the controls' link and steps; update the view as records
         arrive; return the Comparison (also kept as `.result`)."""
+        import threading
         schemes = list(schemes or self.schemes)
         link = self.link.value or None
         self.recorder = exp.Recorder(batch=options.get("batch", 32), workers=self.workers)
         self._draw()
         self.button.disabled = True
+        done = threading.Event()
+        painter = threading.Thread(target=self._paint_while, args=(done, self._every), daemon=True)
+        painter.start()
         try:
-            self.result = exp.live_run(schemes, self._on_message, workers=self.workers, link_gbit=link,
+            self.result = exp.live_run(schemes, self.recorder, workers=self.workers, link_gbit=link,
                                        steps=self.steps.value, hidden=self.hidden, **options)
         finally:
+            done.set()
+            painter.join()
             self.button.disabled = False
         self.recorder.current = "all done"
         self._draw()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import io
-import time
 
 
 def new_figure(figsize):
@@ -37,17 +36,3 @@ def show_html(out, html: str) -> None:
 
 def _html(html: str) -> dict:
     return {"output_type": "display_data", "metadata": {}, "data": {"text/html": html, "text/plain": html}}
-
-
-class Throttle:
-    """Call at most once per `every` seconds (live views redraw from a stream of records)."""
-
-    def __init__(self, every: float = 0.5):
-        self.every, self._last = every, -1e9
-
-    def ready(self, force: bool = False) -> bool:
-        now = time.monotonic()
-        if force or now - self._last >= self.every:
-            self._last = now
-            return True
-        return False
