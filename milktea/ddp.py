@@ -1,0 +1,21 @@
+"""milktea compressors on PyTorch DDP, in one call.
+
+    import milktea
+    from milktea import TopK
+    model = torch.nn.parallel.DistributedDataParallel(net)
+    state = milktea.ddp.compress(model, TopK(ratio=0.01), error_feedback=True)
+    state.stats.last                     # bytes, ratio, compress/communicate/decode time
+
+See milktea.dist.hooks.compress for the options (min_size, dense, start_step, link,
+policy="auto", ...) and milktea.dist.link.EmulatedLink for a slow link on a laptop.
+"""
+from milktea.dist.hooks import CompressionState, compress
+from milktea.dist.link import EmulatedLink
+
+
+def dense(model, **options) -> CompressionState:
+    """Plain averaging all-reduce through milktea's hook (same statistics and link)."""
+    return compress(model, None, **options)
+
+
+__all__ = ["CompressionState", "EmulatedLink", "compress", "dense"]

@@ -1,0 +1,60 @@
+"""Calibrate the cost model on the link in use: time dense all-reduces, fit alpha and B.
+
+    link = calibrate_link(emulated=EmulatedLink.gbit(1))   # inside every rank
+    link            # Link(0.98 Gbit/s, 61 us): what the model will use for predictions
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+from milktea import cost
+from milktea.dist.comm import Comm
+from milktea.dist.link import EmulatedLink
+
+# The fit weighs relative errors: one small message for the latency, three large ones (up
+# to 32 MiB) so that per-call overheads on a fast local link do not blur the bandwidth.
+DEFAULT_SIZES = (64 << 10, 4 << 20, 16 << 20, 32 << 20)
+
+
+def measure_allreduce(sizes=DEFAULT_SIZES, repeats: int = 3, emulated: EmulatedLink | None = None,
+                      group=None, device=None) -> tuple[list[int], list[float]]:
+    """Seconds of a dense float32 all-reduce of each size (bytes), through `emulated` when
+    given: the fastest of `repeats` tries (noise on a shared machine only ever adds time;
+    small messages get 3x the tries), on the slowest rank. Call on every rank at once."""
+    comm = Comm(group, emulated)
+    device = device or torch.device("cpu")
+    out = []
+    for nbytes in sizes:
+        t = torch.ones(max(1, int(nbytes) // 4), device=device)
+        comm.all_reduce(t)   # warm-up: connections, allocations
+        times = []
+        for _ in range(repeats * (3 if nbytes <= 1 << 20 else 1)):
+            dist.barrier(group=group)
+            t0 = time.perf_counter()
+            comm.all_reduce(t)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - t0)
+        # every rank must agree: take the slowest rank's figure
+        best = torch.tensor([min(times)], dtype=torch.float64)
+        dist.all_reduce(best, op=dist.ReduceOp.MAX, group=group)
+        out.append(float(best))
+    return [int(s) for s in sizes], out
+
+
+def calibrate_link(sizes=DEFAULT_SIZES, repeats: int = 3, emulated: EmulatedLink | None = None,
+                   group=None, device=None) -> "cost.Link":
+    """A cost.Link fitted to dense all-reduces measured on this link (same on every rank)."""
+    sizes, times = measure_allreduce(sizes, repeats, emulated, group, device)
+    N = dist.get_world_size(group)
+    try:
+        return cost.calibrate(sizes, times, N, collective="allreduce")
+    except ValueError:
+        # noisy fast links can make the least-squares latency negative: fall back to the
+        # smallest message for alpha and the largest for B
+        alpha = times[0] / (2 * (N - 1))
+        beta = max(times[-1] - 2 * (N - 1) * alpha, 1e-9) / (2 * (N - 1) / N * sizes[-1])
+        return cost.Link(1.0 / beta, alpha)

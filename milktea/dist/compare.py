@@ -1,0 +1,238 @@
+"""`python -m milktea compare`: one model, one link, every way of sending the gradient.
+
+    from milktea.dist.compare import compare
+    result = compare(link_gbit=1.0, steps=20)    # 2 workers, emulated 1 Gbit/s link
+    print(result.table())
+    result.save("results/compare")               # JSON Lines, summary JSON, plots
+
+Each rank first calibrates the cost model on the link in use (dense all-reduces of a
+few sizes) and times its compute alone; then every scheme trains the same model from
+the same weights for the same steps. The table gives the measured step time (median
+after warm-up), the speedup over dense, bytes per step, the cost model's prediction
+for the collectives really issued, and the held-out accuracy and loss at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import traceback
+
+import torch.distributed as dist
+
+from milktea import cost
+from milktea.dist import schemes
+from milktea.dist.calibrate import DEFAULT_SIZES
+from milktea.dist.launch import launch, report
+from milktea.dist.report import Comparison, predict_step
+
+# schemes that PyTorch itself refuses or breaks in some set-ups: a failure is reported, not raised
+OPTIONAL = ("torch-bf16", "torch-batched-powersgd")
+
+
+def _warm_up(names, cfg) -> None:
+    """Run each compressor once on a 1M tensor: its compiled kernels load now, so that
+    the first scheme to use them is not charged for it."""
+    import torch
+    x = torch.randn(1 << 20)
+    for name in names:
+        if name in schemes.MILKTEA:
+            c = schemes.MILKTEA[name][1](cfg.ratio, cfg.powersgd_rank)
+            if c is not None:
+                p = c.compress(x.view(1024, 1024) if name == "powersgd" else x)
+                c.aggregate([p, p])
+
+
+def _error(name, base, e) -> dict:
+    last = traceback.extract_tb(e.__traceback__)[-1]
+    return {"scheme": name, "label": schemes.label(name, base.ratio, base.powersgd_rank),
+            "error": f"{type(e).__name__} {str(e)[:200]} (in {last.name}, "
+                     f"{last.filename.split('site-packages/')[-1]}:{last.lineno})"}
+
+
+def fits_in_memory(n_schemes: int, params: int, workers: int) -> bool:
+    """Whether every scheme's model (weights, gradients, ledger, temporaries: ~4 copies)
+    fits in half the memory available now, on all local workers together."""
+    try:
+        with open("/proc/meminfo") as f:
+            avail = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable"))
+    except (OSError, StopIteration):
+        return n_schemes * params * 16 * workers < 4e9
+    return (n_schemes + 1) * params * 16 * workers < 0.5 * avail
+
+
+def _worker(cfg: dict, names: list[str], link_gbit, latency_us: float, calibrate_sizes,
+            interleave: bool):
+    from milktea.dist.calibrate import calibrate_link
+    from milktea.dist.link import EmulatedLink
+    from milktea.dist.train import ComputeProbe, Run, TrainConfig, device_for_rank
+    rank = dist.get_rank()
+    emulated = EmulatedLink.gbit(link_gbit, latency_us * 1e-6) if link_gbit else None
+    model_link = calibrate_link(calibrate_sizes, emulated=emulated, device=device_for_rank())
+    base = TrainConfig(**cfg)
+    _warm_up(names, base)
+    probe = ComputeProbe(base)
+    done, failed = {}, {}
+
+    def start(name):
+        try:
+            return Run(dataclasses.replace(base, scheme=name), model_link, link=emulated)
+        except Exception as e:  # noqa: BLE001 - PyTorch may refuse one of its own hooks here
+            if name not in OPTIONAL:
+                raise
+            failed[name] = _error(name, base, e)
+            return None
+
+    def step(name, run, compute):
+        try:
+            rec = run.step()
+        except Exception as e:  # noqa: BLE001
+            if name not in OPTIONAL:
+                raise
+            failed[name] = _error(name, base, e)
+            run.close()
+            dist.barrier()
+            return False
+        rec["compute"] = compute
+        if rank == 0:
+            report(("step", rec))
+        return True
+
+    # interleaved: step t of every scheme runs in the same round, beside a compute-only
+    # step, so all of them see the same load on the machine; else one scheme after another
+    groups = [names] if interleave else [[n] for n in names]
+    if rank == 0:
+        report(("start", "all schemes" if interleave else "", base.steps * len(names)))
+    for group in groups:
+        runs = {n: r for n in group if (r := start(n)) is not None}
+        for t in range(base.steps):
+            # the compute probe first (its time prices this round), then the schemes, starting
+            # one further each round so that none always runs right after the same neighbour
+            compute = probe.step()
+            order = list(runs)
+            for name in order[t % max(1, len(order)):] + order[:t % max(1, len(order))]:
+                if not step(name, runs[name], compute):
+                    del runs[name]
+        done.update({n: r.finish() for n, r in runs.items()})
+    results = [done.get(n) or failed[n] for n in names]
+    if rank == 0:
+        report(("done",))
+    return {"model_link": (model_link.bandwidth, model_link.latency), "compute": probe.median(),
+            "results": results, "backend": dist.get_backend(), "interleaved": interleave}
+
+
+def compare(names=schemes.COMPARE_DEFAULT, *, workers: int = 2, link_gbit: float | None = 1.0,
+            latency_us: float = 50.0, netns_gbit: float | None = None, steps: int = 20,
+            hidden: int = 256, batch: int = 32, lr: float = 0.05, momentum: float = 0.9, ratio: float = 0.01,
+            powersgd_rank: int = 4, seed: int = 0, bucket_cap_mb: float = 25.0,
+            calibrate_sizes=DEFAULT_SIZES, interleave: bool | None = None,
+            progress: bool = True, timeout: float | None = None) -> Comparison:
+    """Train with every scheme in `names` on `workers` local ranks; return a Comparison.
+
+    link_gbit: emulated link speed (None: the real link as it is, e.g. loopback).
+    netns_gbit: instead, a real link shaped by tc between network namespaces (root only).
+    interleave: step the schemes in turns (fair on a busy machine; default: when all the
+    models fit in half the free memory), else one scheme after another.
+    """
+    names = list(names)
+    for n in names:
+        if n not in schemes.SCHEMES:
+            raise ValueError(f"unknown scheme {n!r}; choose from {', '.join(schemes.SCHEMES)}")
+    if len(set(names)) != len(names) or not names:
+        raise ValueError(f"give each scheme once (and at least one), got {names}")
+    if netns_gbit is not None and link_gbit is not None:
+        raise ValueError("choose link_gbit (emulated) or netns_gbit (shaped namespaces), not both")
+    cfg = dict(steps=steps, hidden=hidden, batch=batch, lr=lr, momentum=momentum, ratio=ratio,
+               powersgd_rank=powersgd_rank,
+               seed=seed, bucket_cap_mb=bucket_cap_mb)
+    from milktea.dist.train import TrainConfig
+    TrainConfig(**cfg)   # check the settings here, before any worker starts
+    if interleave is None:
+        from milktea.tasks import Digits
+        interleave = fits_in_memory(len(names), Digits.features * hidden + hidden * 11 + 10, workers)
+    bars = _Progress(progress)
+    args = (cfg, names, link_gbit, latency_us, list(calibrate_sizes), interleave)
+    try:
+        if netns_gbit is not None:
+            from milktea.dist.netns import NetnsLink
+            with NetnsLink(workers, rate_bits=netns_gbit * 1e9) as net:
+                out = launch(_worker, workers, args, on_message=bars, netns=net, timeout=timeout)
+            where = f"{netns_gbit:g} Gbit/s tc-shaped veth link between network namespaces"
+        else:
+            out = launch(_worker, workers, args, on_message=bars, timeout=timeout)
+            where = (f"emulated {link_gbit:g} Gbit/s link, {latency_us:g} us latency" if link_gbit
+                     else "the real link as it is (loopback)")
+    finally:
+        bars.close()
+    model_link = cost.Link(*out["model_link"])
+    for res in out["results"]:
+        for rec in res.get("records", []):   # priced with the compute measured in the same round
+            rec["predicted_s"] = predict_step(rec.get("compute", out["compute"]), rec, model_link, workers)
+    where += ", schemes interleaved step by step" if out["interleaved"] else ", one scheme after another"
+    return Comparison(out["results"], model_link, out["compute"], where, workers, out["backend"], cfg)
+
+
+class _Progress:
+    """A tqdm bar in the caller's process (notebook or terminal), fed by rank 0."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.bar = enabled, None
+
+    def __call__(self, rank, msg):
+        if not self.enabled:
+            return
+        from tqdm.auto import tqdm
+        if msg[0] == "start":
+            self.close()
+            self.bar = tqdm(total=msg[2], desc="compare", unit="step")
+        elif msg[0] == "step" and self.bar is not None:
+            rec = msg[1]
+            self.bar.update(1)
+            self.bar.set_postfix_str(f"{rec['label'][:28]}: step {rec['step']}, loss {rec['loss']:.3f}, "
+                                     f"{1e3 * rec['step_s']:.0f} ms")
+        elif msg[0] == "done":
+            self.close()
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m milktea compare", description=__doc__.split("\n")[0])
+    ap.add_argument("--schemes", default=",".join(schemes.COMPARE_DEFAULT),
+                    help=f"comma-separated, from: {', '.join(schemes.SCHEMES)}")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--link", type=float, default=1.0, help="emulated link in Gbit/s (default 1)")
+    ap.add_argument("--latency-us", type=float, default=50.0)
+    ap.add_argument("--loopback", action="store_true", help="no emulation: the real (fast) link")
+    ap.add_argument("--netns", type=float, default=None, metavar="GBIT",
+                    help="a real tc-shaped link of GBIT Gbit/s between network namespaces (root)")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--hidden", type=int, default=256, help="MLP width; 337000 gives ~25M parameters")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--ratio", type=float, default=0.01)
+    ap.add_argument("--powersgd-rank", type=int, default=4)
+    ap.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    ap.add_argument("--out", default="results/compare", help="folder for results.jsonl, summary.json, plots")
+    ap.add_argument("--sequential", action="store_true",
+                    help="one scheme after another (default: in turns, when the models fit in memory)")
+    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--no-progress", action="store_true")
+    a = ap.parse_args(argv)
+    link = None if (a.loopback or a.netns is not None) else a.link
+    res = compare([s.strip() for s in a.schemes.split(",") if s.strip()], workers=a.workers,
+                  link_gbit=link, latency_us=a.latency_us, netns_gbit=a.netns, steps=a.steps,
+                  hidden=a.hidden, batch=a.batch, lr=a.lr, momentum=a.momentum, ratio=a.ratio, powersgd_rank=a.powersgd_rank,
+                  bucket_cap_mb=a.bucket_cap_mb, interleave=False if a.sequential else None,
+                  progress=not a.no_progress)
+    print(res.table())
+    paths = res.save(a.out, plots=not a.no_plots)
+    print("wrote " + ", ".join(paths), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,312 @@
+"""Run one function on N local worker processes joined by torch.distributed.
+
+    from milktea.dist import launch
+    from milktea.dist.examples import allreduce_sum
+    launch(allreduce_sum, nprocs=2)          # -> what rank 0 returned
+
+The function must live in an importable module (not in a notebook cell): each worker
+is a fresh Python process that imports it. Inside it, `torch.distributed` is already
+initialised (gloo on CPU, NCCL when every rank can have its own GPU), RANK/WORLD_SIZE/
+LOCAL_RANK are set as torchrun would set them, and the thread count is cores // N.
+
+If a rank raises, the others are stopped at once and the parent raises `WorkerError`
+naming that rank, with its traceback. No worker is left running.
+From the shell:  python -m milktea.dist -n 2 milktea.dist.examples:allreduce_sum
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import datetime
+import importlib
+import multiprocessing as mp
+import multiprocessing.connection as mpc
+import os
+import pickle
+import signal
+import socket
+import sys
+import time
+import traceback
+from typing import Any, Callable
+
+_conn = None  # inside a worker: the pipe to the parent (used by report())
+
+
+class WorkerError(RuntimeError):
+    """A worker rank failed. `rank`, `exc_type`, `remote_traceback`, and `original`
+    (the exception object itself when it could be sent back, else None)."""
+
+    def __init__(self, rank: int, exc_type: str, message: str, remote_traceback: str = "",
+                 original: BaseException | None = None):
+        self.rank, self.exc_type, self.message = rank, exc_type, message
+        self.remote_traceback, self.original = remote_traceback, original
+        text = f"rank {rank} failed: {exc_type}: {message}"
+        if remote_traceback:
+            text += f"\n\n--- traceback on rank {rank} ---\n{remote_traceback.rstrip()}"
+        super().__init__(text)
+
+    def __reduce__(self):
+        return (WorkerError, (self.rank, self.exc_type, self.message, self.remote_traceback))
+
+
+def cpu_count() -> int:
+    """Cores this process may use (respects affinity masks and containers' cpusets)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def default_threads(nprocs: int) -> int:
+    """Threads per worker so that N workers together fit the machine: cores // N, at least 1."""
+    return max(1, cpu_count() // nprocs)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now on `host` (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def pick_backend(nprocs: int, backend: str = "auto") -> str:
+    """'nccl' when CUDA has at least one GPU per rank, else 'gloo'."""
+    import torch
+    import torch.distributed as dist
+    if backend not in ("auto", "gloo", "nccl"):
+        raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', not {backend!r}")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if backend == "nccl" and (gpus < nprocs or not dist.is_nccl_available()):
+        raise ValueError(f"backend='nccl' needs one GPU per rank: {nprocs} ranks, {gpus} GPUs "
+                         f"visible; use backend='gloo' or fewer processes")
+    if backend == "auto":
+        return "nccl" if gpus >= nprocs and dist.is_nccl_available() else "gloo"
+    return backend
+
+
+def report(obj: Any) -> None:
+    """From inside a worker: send `obj` (picklable) to the parent's `on_message` callback
+    now, while the run goes on (progress, per-step records). Does nothing outside launch."""
+    if _conn is not None:
+        _conn.send(("msg", int(os.environ.get("RANK", 0)), obj))
+
+
+def _die_with_parent() -> None:
+    # Linux: the kernel kills this worker if the parent dies, even by SIGKILL.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _worker(rank: int, world: int, conn, cfg: dict) -> None:
+    global _conn
+    _conn = conn
+    _die_with_parent()
+    try:
+        if cfg["netns"]:
+            from milktea.dist.netns import enter_namespace
+            enter_namespace(cfg["netns"][rank])
+        os.environ.update(cfg["env"])
+        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                          LOCAL_WORLD_SIZE=str(world), GROUP_RANK="0")
+        import torch
+        import torch.distributed as dist
+        torch.set_num_threads(cfg["threads"])
+        fn, args, kwargs = pickle.loads(cfg["payload"])
+        init = dict(backend=cfg["backend"], rank=rank, world_size=world,
+                    timeout=datetime.timedelta(seconds=cfg["collective_timeout"]))
+        if cfg["backend"] == "nccl":
+            torch.cuda.set_device(rank)
+            init["device_id"] = torch.device("cuda", rank)
+        dist.init_process_group(**init)
+        result = fn(*args, **kwargs)
+        data = pickle.dumps(result) if (rank == 0 or cfg["results"] == "all") else None
+        conn.send(("ok", rank, data))
+        dist.destroy_process_group()
+    except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
+        tb = traceback.format_exc()
+        try:
+            original = pickle.dumps(e)
+        except Exception:  # noqa: BLE001
+            original = None
+        with contextlib.suppress(Exception):
+            conn.send(("error", rank, type(e).__name__, str(e), tb, original))
+        conn.close()
+        os._exit(1)  # skip atexit handlers that could block on a dead peer
+    conn.close()
+
+
+def _check_function(fn: Callable) -> bytes:
+    if not callable(fn):
+        raise TypeError(f"launch needs a function, got {type(fn).__name__}")
+    main = sys.modules.get("__main__")
+    if getattr(fn, "__module__", None) == "__main__" and not getattr(main, "__file__", None):
+        raise TypeError(f"{getattr(fn, '__name__', fn)!r} is defined in a notebook or an "
+                        "interactive session; worker processes cannot import it. Put it in a "
+                        ".py module (e.g. my_workers.py beside the notebook) and import it from there")
+    return fn
+
+
+def _stop(procs: list, grace: float = 3.0) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + grace
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(5.0)
+
+
+@contextlib.contextmanager
+def _environ(values: dict):
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def launch(fn: Callable, nprocs: int = 2, args: tuple = (), kwargs: dict | None = None, *,
+           backend: str = "auto", results: str = "rank0", timeout: float | None = None,
+           collective_timeout: float = 300.0, threads: int | None = None,
+           on_message: Callable[[int, Any], None] | None = None, env: dict | None = None,
+           netns=None) -> Any:
+    """Run `fn(*args, **kwargs)` on `nprocs` ranks; return rank 0's result
+    (`results="all"`: the list of every rank's result).
+
+    timeout: seconds for the whole run (None: no limit) before every worker is killed
+    and TimeoutError raised. collective_timeout: how long a collective may wait for a
+    peer. on_message(rank, obj) receives what workers send with `report(obj)`.
+    netns: a `milktea.dist.netns.NetnsLink` to run each rank in its own network namespace.
+    """
+    _check_function(fn)
+    if not isinstance(nprocs, int) or nprocs < 1:
+        raise ValueError(f"nprocs must be a positive int, got {nprocs!r}")
+    if results not in ("rank0", "all"):
+        raise ValueError(f"results must be 'rank0' or 'all', not {results!r}")
+    if netns is not None and netns.workers != nprocs:
+        raise ValueError(f"the network namespaces were built for {netns.workers} ranks, not {nprocs}")
+    try:
+        payload = pickle.dumps((fn, tuple(args), dict(kwargs or {})))
+    except Exception as e:
+        raise TypeError(f"launch could not pickle the function or its arguments ({e}); use a "
+                        "module-level function and plain arguments") from e
+    threads = threads or default_threads(nprocs)
+    backend = pick_backend(nprocs, backend)
+    child_env = {k: str(v) for k, v in (env or {}).items()}
+    if netns is not None:
+        child_env.update(netns.worker_env())
+    else:
+        child_env.setdefault("MASTER_ADDR", "127.0.0.1")
+        child_env.setdefault("MASTER_PORT", str(free_port(child_env["MASTER_ADDR"])))
+    cfg = dict(payload=payload, backend=backend, threads=threads, results=results, env=child_env,
+               collective_timeout=collective_timeout,
+               netns=netns.namespaces if netns is not None else None)
+    ctx = mp.get_context("spawn")
+    procs, conns = [], []
+    out: dict[int, Any] = {}
+    failure: WorkerError | None = None
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        # in the environment from the interpreter's start: torch reads some of it at import
+        start_env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **child_env}
+        with _environ(start_env):
+            for rank in range(nprocs):
+                parent_end, child_end = ctx.Pipe(duplex=False)
+                p = ctx.Process(target=_worker, args=(rank, nprocs, child_end, cfg),
+                                name=f"milktea-rank{rank}")
+                p.start()
+                child_end.close()
+                procs.append(p)
+                conns.append(parent_end)
+        live = set(range(nprocs))
+        while live and failure is None:
+            wait_s = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+            handles = [conns[r] for r in live] + [procs[r].sentinel for r in live]
+            for h in mpc.wait(handles, timeout=wait_s):
+                rank = (conns.index(h) if h in conns
+                        else next(r for r in live if procs[r].sentinel == h))
+                failure = _drain(rank, conns[rank], out, on_message, live)
+                if failure is None and rank in live and not procs[rank].is_alive():
+                    failure = _drain(rank, conns[rank], out, on_message, live)
+                    if failure is None and rank in live:
+                        failure = _exit_error(rank, procs[rank].exitcode)
+                if failure is not None:
+                    break
+            if failure is None and deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"launch: ranks {sorted(live)} still running after {timeout:g} s; "
+                                   "all workers were stopped")
+    finally:
+        _stop(procs)
+        for c in conns:
+            c.close()
+    if failure is not None:
+        raise failure
+    return out[0] if results == "rank0" else [out[r] for r in range(nprocs)]
+
+
+def _exit_error(rank: int, code: int | None) -> WorkerError:
+    hint = ""
+    if code == 1:  # what a failed bootstrap of a spawned interpreter returns
+        hint = (" (its output above says why; a script that calls launch() must guard it "
+                "with `if __name__ == '__main__':`)")
+    return WorkerError(rank, "ProcessExit", f"exited with code {code} before returning a result{hint}")
+
+
+def _drain(rank, conn, out, on_message, live) -> WorkerError | None:
+    """Read everything rank has sent so far; return its error if it sent one."""
+    try:
+        while conn.poll():
+            msg = conn.recv()
+            if msg[0] == "msg":
+                if on_message is not None:
+                    on_message(msg[1], msg[2])
+            elif msg[0] == "ok":
+                out[rank] = pickle.loads(msg[2]) if msg[2] is not None else None
+                live.discard(rank)
+            else:
+                _, r, exc_type, message, tb, original = msg
+                orig = None
+                with contextlib.suppress(Exception):
+                    orig = pickle.loads(original) if original else None
+                return WorkerError(r, exc_type, message, tb, orig)
+    except (EOFError, OSError):
+        pass
+    return None
+
+
+def _load(spec: str) -> Callable:
+    module, _, name = spec.partition(":")
+    if not name:
+        raise ValueError(f"give the function as package.module:function, not {spec!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m milktea.dist", description=__doc__.split("\n")[0])
+    ap.add_argument("function", help="package.module:function to run on every rank")
+    ap.add_argument("-n", "--nproc", type=int, default=2, help="worker processes (default 2)")
+    ap.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
+    ap.add_argument("--timeout", type=float, default=None, help="seconds for the whole run")
+    ap.add_argument("--all", action="store_true", help="print every rank's result, not only rank 0's")
+    a = ap.parse_args(argv)
+    try:
+        res = launch(_load(a.function), a.nproc, backend=a.backend, timeout=a.timeout,
+                     results="all" if a.all else "rank0")
+    except WorkerError as e:
+        print(e, file=sys.stderr)
+        raise SystemExit(1)
+    print(res)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""What `compare` returns: a table, plots, JSON Lines; and the cost model's step prediction."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+
+from milktea import cost
+
+
+def predict_step(compute: dict, rec: dict, link: "cost.Link", workers: int) -> float:
+    """The cost model's time for one step: forward, then backward bucket by bucket with the
+    codec work on the same cores, each bucket's collectives on one link overlapping the
+    backward of the next buckets (cost.overlapped_timeline), then the optimizer step.
+    The collectives are the ones the step really issued (rec["ops"]), priced on `link`."""
+    ops = rec.get("ops") or []
+    buckets = max(1, int(rec.get("buckets") or 1))
+    comm = sum(cost.comm_time(n, workers, link, kind) for kind, n in ops)
+    codec = rec.get("compress_s", 0.0) + rec.get("decode_s", 0.0)
+    back = [(compute["backward_s"] + codec) / buckets] * buckets
+    tl = cost.overlapped_timeline(back, [comm / buckets] * buckets, forward=compute["forward_s"])
+    return tl.total + compute["optimizer_s"]
+
+
+def _median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else float("nan")
+
+
+def _mean(xs):
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+@dataclass
+class Comparison:
+    results: list[dict]
+    model_link: "cost.Link"
+    compute: dict
+    where: str
+    workers: int
+    backend: str
+    config: dict
+
+    @property
+    def skip(self) -> int:
+        """Warm-up steps left out of the timings: dense first step(s), first compressed step."""
+        return min(3, self.config["steps"] // 2)
+
+    @property
+    def rows(self) -> list[dict]:
+        out, dense_ms = [], None
+        for res in self.results:
+            row = {"scheme": res["scheme"], "label": res["label"]}
+            if "error" in res:
+                row["error"] = res["error"]
+                out.append(row)
+                continue
+            recs = res["records"][self.skip:]
+            row.update(
+                step_ms=1e3 * _median([r["step_s"] for r in recs]),
+                predicted_ms=1e3 * _median([r["predicted_s"] for r in recs]),
+                payload_mb=_mean([r.get("payload_bytes", 0) for r in recs]) / 1e6,
+                ratio=_mean([r.get("ratio", float("nan")) for r in recs]),
+                comm_ms=1e3 * _mean([r.get("comm_s", 0) for r in recs]),
+                codec_ms=1e3 * _mean([r.get("compress_s", 0) + r.get("decode_s", 0) for r in recs]),
+                train_loss=_mean([r["loss"] for r in res["records"][-5:]]),
+                test_loss=res["final"]["loss"], accuracy=res["final"]["accuracy"], params=res["params"])
+            row["model_error"] = row["step_ms"] / row["predicted_ms"] - 1
+            if res["scheme"] == "dense":
+                dense_ms = row["step_ms"]
+            out.append(row)
+        for row in out:
+            if dense_ms and "step_ms" in row:
+                row["speedup"] = dense_ms / row["step_ms"]
+        return out
+
+    def table(self) -> str:
+        c = self.compute
+        params = next((r["params"] for r in self.results if "params" in r), 0)
+        lines = [f"{self.workers} workers ({self.backend}), {params / 1e6:.2f}M parameters, "
+                 f"{self.config['steps']} steps of {self.config['batch']} examples per worker, {self.where}",
+                 f"cost model calibrated on this link: {self.model_link!r}; compute alone: forward "
+                 f"{1e3 * c['forward_s']:.1f} ms, backward {1e3 * c['backward_s']:.1f} ms, "
+                 f"optimizer {1e3 * c['optimizer_s']:.1f} ms (step times: median after {self.skip} warm-up steps)",
+                 ""]
+        head = (f"{'scheme':<36}{'step ms':>9}{'speedup':>9}{'MB/step':>10}{'ratio':>8}"
+                f"{'model ms':>10}{'model err':>10}{'codec ms':>9}{'loss':>8}{'test acc':>9}")
+        lines += [head, "-" * len(head)]
+        notes = []
+        for r in self.rows:
+            if "error" in r:
+                lines.append(f"{r['label']:<36}{'not run (see note)':>30}")
+                notes.append(f"{r['label']}: {r['error']}")
+                continue
+            lines.append(f"{r['label']:<36}{r['step_ms']:>9.1f}{r.get('speedup', math.nan):>8.2f}x"
+                         f"{r['payload_mb']:>10.3f}{r['ratio']:>7.1f}x{r['predicted_ms']:>10.1f}"
+                         f"{100 * r['model_error']:>+9.1f}%{r['codec_ms']:>9.1f}{r['train_loss']:>8.3f}"
+                         f"{100 * r['accuracy']:>8.2f}%")
+        for res in self.results:
+            if res.get("decisions"):
+                d = res["decisions"]
+                why = "; ".join(f"bucket {x['bucket']}: {x['decision']} (dense {1e3 * x['dense_s']:.1f} ms vs "
+                                f"codec {1e3 * x['codec_s']:.1f} + link {1e3 * x['compressed_comm_s']:.1f} ms)"
+                                for x in d)
+                notes.append(f"{res['label']} compressed {sum(x['decision'] == 'compress' for x in d)} of "
+                             f"{len(d)} buckets: {why}")
+        lines.append("")
+        lines.append("MB/step: what one worker hands to collectives per step; model: the calibrated cost "
+                     "model for the collectives each scheme issued, plus the measured compute and codec time.")
+        lines += [f"note: {n}" for n in notes]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.table()
+
+    def records(self) -> list[dict]:
+        return [r for res in self.results for r in res.get("records", [])]
+
+    def plot_time(self, ax=None):
+        """Stacked bars per scheme: compute, codec, exposed communication; x = model's prediction."""
+        import matplotlib.pyplot as plt
+        rows = [r for r in self.rows if "error" not in r]
+        if ax is None:
+            _, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.2))
+        comp = 1e3 * sum(self.compute.values())
+        for i, r in enumerate(rows):
+            codec = min(r["codec_ms"], max(0.0, r["step_ms"] - comp))
+            wait = max(0.0, r["step_ms"] - comp - codec)
+            ax.barh(i, comp, color="tab:blue", label="compute" if i == 0 else None)
+            ax.barh(i, codec, left=comp, color="tab:green", label="compress + decode" if i == 0 else None)
+            ax.barh(i, wait, left=comp + codec, color="tab:orange", label="waiting for the link" if i == 0 else None)
+            ax.plot(r["predicted_ms"], i, "kx", label="cost model" if i == 0 else None)
+        ax.set_yticks(range(len(rows)), [r["label"] for r in rows])
+        ax.invert_yaxis()
+        ax.set_xlabel("ms per step")
+        ax.set_title(f"step time, {self.where.split(',')[0]}")
+        ax.legend(loc="lower right", fontsize="small")
+        return ax
+
+    def plot_loss(self, axes=None):
+        """Training loss against steps and against wall-clock time."""
+        import matplotlib.pyplot as plt
+        if axes is None:
+            _, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for res in self.results:
+            if "records" not in res:
+                continue
+            loss = [r["loss"] for r in res["records"]]
+            t, clock = 0.0, []
+            for r in res["records"]:
+                t += r["step_s"]
+                clock.append(t)
+            axes[0].plot(range(1, len(loss) + 1), loss, label=res["label"])
+            axes[1].plot(clock, loss, label=res["label"])
+        axes[0].set_xlabel("step")
+        axes[1].set_xlabel("seconds")
+        for ax in axes:
+            ax.set_ylabel("training loss")
+            ax.set_yscale("log")
+        axes[1].legend(fontsize="x-small")
+        return axes
+
+    def save(self, folder: str = "results/compare", plots: bool = True) -> list[str]:
+        """results.jsonl (one record per step per scheme), summary.json, and the two plots."""
+        os.makedirs(folder, exist_ok=True)
+        paths = [os.path.join(folder, "results.jsonl"), os.path.join(folder, "summary.json")]
+        with open(paths[0], "w") as f:
+            for rec in self.records():
+                f.write(json.dumps(rec) + "\n")
+        with open(paths[1], "w") as f:
+            json.dump({"where": self.where, "workers": self.workers, "backend": self.backend,
+                       "config": self.config, "compute": self.compute,
+                       "model_link": {"bandwidth": self.model_link.bandwidth, "latency": self.model_link.latency},
+                       "rows": self.rows}, f, indent=1)
+        if plots:
+            from matplotlib.figure import Figure   # no pyplot: works headless, leaves notebooks alone
+            rows = sum("error" not in r for r in self.rows)
+            fig = Figure(figsize=(8, 0.45 * rows + 1.2))
+            self.plot_time(fig.subplots())
+            figs = [("compare_time.png", fig)]
+            fig = Figure(figsize=(11, 4))
+            self.plot_loss(fig.subplots(1, 2))
+            figs.append(("compare_loss.png", fig))
+            for name, fig in figs:
+                path = os.path.join(folder, name)
+                fig.tight_layout()
+                fig.savefig(path, dpi=110)
+                paths.append(path)
+        return paths

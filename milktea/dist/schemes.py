@@ -1,0 +1,137 @@
+"""Named communication schemes for training and comparison: milktea hooks and PyTorch's.
+
+    handle = build("topk", ddp_model, ratio=0.01, link=EmulatedLink.gbit(1))
+    ... train ...
+    handle.stats.last, handle.close()
+
+Every scheme goes through the same emulated link (milktea's via its communication layer,
+PyTorch's hooks via `emulate_torch_collectives`), so step times compare fairly.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from milktea.compressors import QSGD, Cast, Chain, PowerSGD, Quantize, RandomK, Sign, TernGrad, TopK
+from milktea.dist import hooks
+from milktea.dist.link import EmulatedLink, torch_hook_proxy
+from milktea.dist.stats import StatsLog
+
+# name: (label, compressor factory(ratio, rank), error feedback)
+MILKTEA = {
+    "dense": ("dense all-reduce", lambda r, k: None, False),
+    "topk": ("Top-{pct}+EF", lambda r, k: TopK(r), True),
+    "topk-approx": ("approx Top-{pct}+EF", lambda r, k: TopK(r, approximate=True), True),
+    "int8": ("int8", lambda r, k: Quantize(8), False),
+    "int4": ("int4 stochastic", lambda r, k: Quantize(4, stochastic=True), False),
+    "sign": ("Sign+EF", lambda r, k: Sign(), True),
+    "topk-int8": ("Top-{pct}+int8+EF", lambda r, k: Chain(TopK(r), Quantize(8)), True),
+    "powersgd": ("PowerSGD r{rank}+EF", lambda r, k: PowerSGD(k), True),
+    "randomk": ("Random-{pct}+EF", lambda r, k: RandomK(r), True),
+    "qsgd": ("QSGD-4", lambda r, k: QSGD(4), False),
+    "terngrad": ("TernGrad", lambda r, k: TernGrad(), False),
+    "fp16": ("fp16", lambda r, k: Cast(torch.float16), False),
+    "bf16": ("bf16", lambda r, k: Cast(torch.bfloat16), False),
+    "auto": ("auto (approx Top-{pct}+EF where it pays)", lambda r, k: TopK(r, approximate=True), True),
+}
+TORCH = {
+    "torch-fp16": "PyTorch fp16_compress_hook",
+    "torch-bf16": "PyTorch bf16_compress_hook",
+    "torch-powersgd": "PyTorch powerSGD_hook r{rank}",
+    "torch-batched-powersgd": "PyTorch batched_powerSGD_hook r{rank}",
+}
+SCHEMES = tuple(MILKTEA) + tuple(TORCH)
+COMPARE_DEFAULT = ("dense", "torch-fp16", "torch-bf16", "torch-powersgd", "torch-batched-powersgd",
+                   "topk", "topk-approx", "int8", "sign", "topk-int8", "powersgd", "auto")
+
+
+def label(name: str, ratio: float = 0.01, rank: int = 4) -> str:
+    text = MILKTEA[name][0] if name in MILKTEA else TORCH[name]
+    return text.format(pct=f"{100 * ratio:g}%", rank=rank)
+
+
+@dataclass
+class Handle:
+    """A registered scheme: its statistics, and close() to stop it."""
+    name: str
+    label: str
+    stats: StatsLog
+    state: object
+
+    def close(self) -> None:
+        self.state.close()
+
+
+class _TorchHookState:
+    """Wraps one of PyTorch's hooks: routes its all-reduces through the link (see
+    emulate_torch_collectives), counts them, closes a step at the last bucket."""
+
+    def __init__(self, hook, inner, log: StatsLog, link):
+        self.hook, self.inner, self.log, self.link, self.step = hook, inner, log, link, 0
+        self.proxy = torch_hook_proxy()
+
+    def __call__(self, bucket):
+        # this model's buckets are all handed over before another model's step starts,
+        # and their callbacks finish before backward() returns: one active route at a time
+        self.proxy.active = (self.link, self.log, lambda: self.step)
+        t0 = time.perf_counter()
+        fut = self.hook(self.inner, bucket)
+        # what the hook does before it returns (casting, PowerSGD's first product) counts as
+        # compression; the work in its callbacks is not visible from here
+        self.log.add(self.step, dense_bytes=bucket.buffer().numel() * bucket.buffer().element_size(),
+                     buckets=1, compress_s=time.perf_counter() - t0)
+        if bucket.is_last():
+            self.step += 1
+
+            def close(f):
+                self.log.close_step()
+                return f.value()
+            fut = fut.then(close)
+        return fut
+
+    def close(self) -> None:
+        if self.proxy.active is not None and self.proxy.active[1] is self.log:
+            self.proxy.active = None
+
+
+def _call(state, bucket):  # no annotations: DDP checks them
+    return state(bucket)
+
+
+def _torch_hook(name, model, rank, start_step, link, log):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+    if name == "torch-fp16":
+        hook, inner = default_hooks.fp16_compress_hook, None
+    elif name == "torch-bf16":
+        hook, inner = default_hooks.bf16_compress_hook, None
+    else:
+        # start_powerSGD_iter >= 2: PyTorch's own rule (buckets are rebuilt after step 1)
+        inner = powerSGD_hook.PowerSGDState(None, matrix_approximation_rank=rank,
+                                            start_powerSGD_iter=max(2, start_step),
+                                            use_error_feedback=True, warm_start=True)
+        hook = (powerSGD_hook.powerSGD_hook if name == "torch-powersgd"
+                else powerSGD_hook.batched_powerSGD_hook)
+    state = _TorchHookState(hook, inner, log, link)
+    model.register_comm_hook(state, _call)
+    return state
+
+
+def build(name: str, model, *, ratio: float = 0.01, rank: int = 4, link: EmulatedLink | None = None,
+          model_link=None, start_step: int = 1, min_size: int = 1024, keep_stats: int | None = None) -> Handle:
+    """Register scheme `name` (see SCHEMES) on DDP `model`."""
+    if name not in SCHEMES:
+        raise ValueError(f"unknown scheme {name!r}; choose from {', '.join(SCHEMES)}")
+    log = StatsLog(keep=keep_stats)
+    if name in TORCH:
+        state = _torch_hook(name, model, rank, start_step, link, log)
+    else:
+        _, factory, ef = MILKTEA[name]
+        options = dict(error_feedback=ef, start_step=start_step, min_size=min_size, link=link,
+                       keep_stats=keep_stats)
+        if name == "auto":
+            options.update(policy="auto", model_link=model_link)
+        state = hooks.compress(model, factory(ratio, rank), **options)
+        log = state.stats
+    return Handle(name, label(name, ratio, rank), log, state)

@@ -1,0 +1,278 @@
+"""The training entry point: digits classifier, DDP, one communication scheme.
+
+Under torchrun (one node or many):
+    torchrun --nproc-per-node 2 -m milktea.train --scheme topk --ratio 0.01 --steps 200
+Without torchrun (starts local workers itself):
+    python -m milktea.train --nproc 2 --scheme powersgd --link 1gbit
+From Python:
+    from milktea.dist.train import TrainConfig, train
+    launch(train, 2, args=(TrainConfig(scheme="topk"),))     # rank 0's summary dict
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.distributed as dist
+
+from milktea.dist import schemes
+
+
+@dataclass
+class TrainConfig:
+    scheme: str = "dense"          # see milktea.dist.schemes.SCHEMES
+    ratio: float = 0.01            # Top-K / Random-K share kept
+    powersgd_rank: int = 4
+    steps: int = 100
+    batch: int = 32                # per worker
+    lr: float = 0.05
+    momentum: float = 0.9
+    hidden: int = 256              # digits MLP width (337_000 gives ~25M parameters)
+    seed: int = 0
+    link_gbit: float | None = None   # emulate a link of this many Gbit/s (None: as is)
+    latency_us: float = 50.0
+    start_step: int = 1
+    min_size: int = 1024
+    bucket_cap_mb: float = 25.0
+
+    def __post_init__(self):
+        if self.scheme not in schemes.SCHEMES:
+            raise ValueError(f"unknown scheme {self.scheme!r}; choose from {', '.join(schemes.SCHEMES)}")
+        for name in ("steps", "batch", "powersgd_rank", "start_step"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        if not 0 < self.ratio <= 1:
+            raise ValueError(f"ratio must be in (0, 1], got {self.ratio}")
+        if self.link_gbit is not None and not self.link_gbit > 0:
+            raise ValueError(f"link_gbit must be > 0 (or None for no emulation), got {self.link_gbit}")
+
+
+def device_for_rank() -> torch.device:
+    """This rank's device: its own GPU under NCCL, else the CPU."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    return torch.device("cpu")
+
+
+def emulated_link(cfg: TrainConfig):
+    from milktea.dist.link import EmulatedLink
+    return None if cfg.link_gbit is None else EmulatedLink.gbit(cfg.link_gbit, cfg.latency_us * 1e-6)
+
+
+def _batches(x, y, batch, seed, rank):
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    while True:
+        idx = torch.randint(len(y), (batch,), generator=g)
+        yield x[idx], y[idx]
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _local_hook(state, bucket):  # no annotations: DDP checks them
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
+class ComputeProbe:
+    """The same model and data under DDP with a hook that communicates nothing: times
+    forward (with zero_grad), backward (with DDP's bucketing) and optimizer step, the
+    compute the cost model adds to the link time. Stepped between the schemes in a
+    comparison, it sees the same load on the cores as they do."""
+
+    def __init__(self, cfg: TrainConfig):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from milktea.tasks import Digits
+        self.device = device_for_rank()
+        self.task = Digits(hidden=cfg.hidden, seed=cfg.seed)
+        x, y = self.task.shard(dist.get_rank(), dist.get_world_size())
+        net = self.task.model().to(self.device)
+        self.model = DDP(net, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                         bucket_cap_mb=cfg.bucket_cap_mb, gradient_as_bucket_view=True)
+        self.model.register_comm_hook(None, _local_hook)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+        self.data = _batches(x.to(self.device), y.to(self.device), cfg.batch, cfg.seed, dist.get_rank())
+        self.history: list[dict] = []
+
+    def step(self) -> dict:
+        xb, yb = next(self.data)
+        t = [time.perf_counter()]
+        self.opt.zero_grad(set_to_none=True)   # DDP re-points .grad at its bucket: no zeroing pass
+        loss = self.task.loss(self.model(xb), yb).mean()
+        for work in (lambda: None, loss.backward, self.opt.step):
+            work()
+            _sync(self.device)
+            t.append(time.perf_counter())
+        rec = {"forward_s": t[1] - t[0], "backward_s": t[2] - t[1], "optimizer_s": t[3] - t[2]}
+        self.history.append(rec)
+        return rec
+
+    def median(self, skip: int = 1) -> dict:
+        rows = self.history[skip:] or self.history
+        return {k: sorted(r[k] for r in rows)[len(rows) // 2] for k in rows[0]}
+
+
+def profile_compute(cfg: TrainConfig, steps: int = 5) -> dict:
+    """Median seconds of forward, backward and optimizer step with no communication."""
+    probe = ComputeProbe(cfg)
+    for _ in range(steps + 1):   # the first step warms up allocations
+        probe.step()
+    return probe.median()
+
+
+class Run:
+    """One scheme training on this rank, one step at a time (see train())."""
+
+    def __init__(self, cfg: TrainConfig | dict, model_link=None, link=None):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from milktea.tasks import Digits
+        self.cfg = cfg = cfg if isinstance(cfg, TrainConfig) else TrainConfig(**cfg)
+        rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.device = device_for_rank()
+        link = link if link is not None else emulated_link(cfg)
+        self.task = Digits(hidden=cfg.hidden, seed=cfg.seed)
+        x, y = self.task.shard(rank, self.world)
+        self.net = self.task.model().to(self.device)
+        self.model = DDP(self.net, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                         bucket_cap_mb=cfg.bucket_cap_mb, gradient_as_bucket_view=True)
+        self.handle = schemes.build(cfg.scheme, self.model, ratio=cfg.ratio, rank=cfg.powersgd_rank, link=link,
+                                    model_link=model_link, start_step=cfg.start_step, min_size=cfg.min_size)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+        self.data = _batches(x.to(self.device), y.to(self.device), cfg.batch, cfg.seed, rank)
+        self.records: list[dict] = []
+
+    def step(self) -> dict:
+        xb, yb = next(self.data)
+        t0 = time.perf_counter()
+        self.opt.zero_grad(set_to_none=True)   # DDP re-points .grad at its bucket: no zeroing pass
+        loss = self.task.loss(self.model(xb), yb).mean()
+        loss.backward()
+        self.opt.step()
+        _sync(self.device)
+        step_s = time.perf_counter() - t0
+        loss_v = float(loss.detach())
+        if loss_v != loss_v or loss_v in (float("inf"), float("-inf")):
+            raise FloatingPointError(f"the loss became {loss_v} at step {len(self.records)} with scheme "
+                                     f"{self.cfg.scheme}; try a smaller --lr")
+        hist = self.handle.stats.history
+        st = hist[-1] if len(hist) > len(self.records) else None
+        rec = {"scheme": self.cfg.scheme, "label": self.handle.label, "step": len(self.records),
+               "loss": loss_v, "step_s": step_s,
+               **({k: v for k, v in st.to_dict().items() if k != "step"} if st else {})}
+        self.records.append(rec)
+        return rec
+
+    def close(self) -> None:
+        self.handle.close()
+
+    def finish(self) -> dict:
+        """Stop the hook, average the losses over ranks (step time: the slowest rank's),
+        evaluate on the held-out split; the same summary on every rank."""
+        self.close()
+        records = self.records
+        mine = torch.tensor([[r["loss"], r["step_s"]] for r in records], dtype=torch.float64)
+        every = [torch.empty_like(mine) for _ in range(self.world)]
+        dist.all_gather(every, mine)
+        stacked = torch.stack(every)
+        for i, r in enumerate(records):
+            r["loss"] = float(stacked[:, i, 0].mean())
+            r["step_s"] = float(stacked[:, i, 1].max())
+        stats = self.handle.stats
+        return {"config": asdict(self.cfg), "scheme": self.cfg.scheme, "label": self.handle.label,
+                "workers": self.world, "params": sum(p.numel() for p in self.net.parameters()),
+                "final": self.task.evaluate(self.net),
+                "stats": stats.mean(skip=min(self.cfg.start_step + 1, max(0, len(records) - 1))),
+                "decisions": sorted(getattr(self.handle.state, "decisions", {}).values(),
+                                    key=lambda d: d["bucket"]),
+                "records": records}
+
+
+def train(cfg: TrainConfig | dict, model_link=None, on_step=None, link=None) -> dict:
+    """Train on this rank (the process group must be initialised). Returns the summary,
+    the same on every rank: per-step records (loss averaged over ranks), final held-out
+    accuracy and loss, and the scheme's mean statistics.
+
+    on_step(record) is called on every rank after each step; `link` overrides
+    cfg.link_gbit with an EmulatedLink; `model_link` is the cost.Link the auto policy uses."""
+    run = Run(cfg, model_link, link)
+    try:
+        for _ in range(run.cfg.steps):
+            rec = run.step()
+            if on_step is not None:
+                on_step(rec)
+    finally:
+        run.close()
+    return run.finish()
+
+
+def _parse(argv):
+    ap = argparse.ArgumentParser(prog="python -m milktea.train",
+                                 description="Train the digits classifier with DDP and one communication scheme.")
+    defaults = TrainConfig()
+    for f in fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        v = getattr(defaults, f.name)
+        if f.name == "scheme":
+            ap.add_argument(flag, default=v, choices=schemes.SCHEMES)
+        elif f.name == "link_gbit":
+            ap.add_argument("--link", dest="link_gbit", type=float, default=None,
+                            help="emulate a link of this many Gbit/s (default: no emulation)")
+        else:
+            ap.add_argument(flag, type=type(v), default=v)
+    ap.add_argument("--nproc", type=int, default=None,
+                    help="start this many local workers (not needed under torchrun)")
+    ap.add_argument("--log", default=None, help="write one JSON line per step here (rank 0)")
+    return ap.parse_args(argv)
+
+
+def _print_summary(res: dict, log: str | None) -> None:
+    s = res["stats"]
+    tail = res["records"][-min(10, len(res["records"])):]
+    step_ms = 1e3 * sorted(r["step_s"] for r in tail)[len(tail) // 2]
+    print(f"{res['label']}: {res['workers']} workers, {res['params']:,} parameters, "
+          f"{len(res['records'])} steps, {step_ms:.1f} ms/step, "
+          f"{s.get('payload_bytes', 0) / 1e6:.3f} MB sent per step per worker (R={s.get('ratio', float('nan')):.1f}x), "
+          f"test accuracy {res['final']['accuracy']:.2%}, test loss {res['final']['loss']:.4f}")
+    if log:
+        with open(log, "w") as f:
+            for r in res["records"]:
+                f.write(json.dumps(r) + "\n")
+        print(f"per-step records: {log}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = _parse(argv if argv is not None else sys.argv[1:])
+    cfg = TrainConfig(**{f.name: getattr(a, f.name) for f in fields(TrainConfig)})
+    if "RANK" in os.environ and a.nproc is None:   # under torchrun: join its process group
+        from milktea.dist.launch import pick_backend
+        backend = "nccl" if pick_backend(int(os.environ.get("LOCAL_WORLD_SIZE", 1))) == "nccl" else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend)
+        try:
+            res = train(cfg)
+        finally:
+            dist.destroy_process_group()
+        if int(os.environ["RANK"]) == 0:
+            _print_summary(res, a.log)
+        return
+    from milktea.dist.launch import WorkerError, launch
+    try:
+        res = launch(train, a.nproc or 2, args=(cfg,))
+    except WorkerError as e:
+        print(e, file=sys.stderr)
+        raise SystemExit(1)
+    _print_summary(res, a.log)
+
+
+if __name__ == "__main__":
+    main()

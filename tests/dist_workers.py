@@ -1,0 +1,277 @@
+"""Functions that the distributed tests run inside worker processes (must be importable)."""
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def rank_sum():
+    t = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(t)
+    return {"rank": dist.get_rank(), "world": dist.get_world_size(), "sum": t.item(),
+            "threads": torch.get_num_threads(), "pid": os.getpid()}
+
+
+def fail_on(rank_to_fail, pid_dir=None):
+    """rank_to_fail raises; the others block in a collective that can never finish."""
+    if pid_dir:
+        open(os.path.join(pid_dir, str(os.getpid())), "w").close()
+    if dist.get_rank() == rank_to_fail:
+        time.sleep(0.2)
+        raise ValueError(f"boom on purpose in rank {rank_to_fail}")
+    dist.barrier()
+    time.sleep(600)
+
+
+def exit_hard(rank_to_die):
+    if dist.get_rank() == rank_to_die:
+        os._exit(7)
+    dist.barrier()
+    time.sleep(600)
+
+
+# --- hooks against the single-process aggregation ------------------------------------------
+def _net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 48),
+                               torch.nn.ReLU(), torch.nn.Linear(48, 10))
+
+
+def _batch(rank, step):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(8, 20, generator=g), torch.randint(0, 10, (8,), generator=g)
+
+
+def _powersgd_reference(mats, Qs, residuals, rank_r, N):
+    """Shared-basis PowerSGD in float64: P = sum M_i Q, orthonormalise, Q = mean M_i^T P."""
+    from milktea.compressors import orthonormalize
+    ms = [m.double() + (residuals[i] if residuals[i] is not None else 0) for i, m in enumerate(mats)]
+    P = sum(m @ Qs for m in ms)
+    P = orthonormalize(P)
+    qs = [m.t() @ P for m in ms]
+    new_res = [m - P @ q.t() for m, q in zip(ms, qs)]
+    Q = sum(qs) / N
+    return P @ Q.t(), Q, new_res
+
+
+def hooks_vs_reference(specs, steps=4, bucket_cap_mb=0.004):
+    """For each (label, compressor, error_feedback, min_size): max |DDP hook average - reference|
+    per step.
+
+    Reference: every rank's local gradient is gathered; each rank's packets are recomputed
+    here with the same per-bucket sender, and averaged as compressor.aggregate(packets) / N
+    (PowerSGD: the shared-basis algorithm in float64)."""
+    import copy
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from milktea.dist import hooks, families
+    from milktea.compressors import PowerSGD
+    rank, N = dist.get_rank(), dist.get_world_size()
+    out = {}
+    for label, comp, ef, min_size in specs:
+        net = _net()
+        ref = copy.deepcopy(net)
+        model = DDP(net, bucket_cap_mb=bucket_cap_mb)
+        state = hooks.compress(model, comp, error_feedback=ef, min_size=min_size)
+        senders, ps_state = {}, {}
+        errs, dense_errs = [], []
+        for step in range(steps):
+            x, y = _batch(rank, step)
+            model.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            ref.zero_grad()
+            torch.nn.functional.cross_entropy(ref(x), y).backward()
+            local = {n: p.grad.reshape(-1) for n, p in ref.named_parameters()}
+            got = {n: p.grad.reshape(-1) for n, p in net.named_parameters()}
+            err = derr = 0.0
+            if step == 0 or not state.plans:
+                for n in local:
+                    g = torch.stack(_all_gather(local[n])).mean(0)
+                    derr = max(derr, (g - got[n]).abs().max().item())
+                dense_errs.append(derr)
+                continue
+            for index, plan in sorted(state.plans.items()):
+                names_c = [s.name for s in plan.segments if s.compress]
+                for s in plan.segments:
+                    if not s.compress:
+                        g = torch.stack(_all_gather(local[s.name])).mean(0)
+                        derr = max(derr, (g - got[s.name]).abs().max().item())
+                if not names_c:
+                    continue
+                if isinstance(comp, PowerSGD):
+                    for s in plan.segments:
+                        if not s.compress:
+                            continue
+                        every = [t.view(s.shape[0], -1) for t in _all_gather(local[s.name])]
+                        key = (index, s.name)
+                        Q, res = ps_state.get(key, (None, [None] * N))
+                        if Q is None:
+                            r = min(comp.rank, *every[0].shape)
+                            Q = torch.randn(every[0].shape[1], r,
+                                            generator=torch.Generator().manual_seed(comp.seed)).double()
+                        approx, Qn, res2 = _powersgd_reference(every, Q, res if ef else [None] * N, comp.rank, N)
+                        ps_state[key] = (Qn if comp.warm_start else None, res2 if ef else [None] * N)
+                        err = max(err, (approx.reshape(-1).float() - got[s.name]).abs().max().item())
+                    continue
+                mine = torch.cat([local[n] for n in names_c])
+                every = _all_gather(mine)
+                packets = []
+                for r in range(N):
+                    if (r, index) not in senders:
+                        senders[(r, index)] = families.make_sender(comp, ef, r, index)
+                    packets.append(senders[(r, index)].compress(every[r]))
+                expected = comp.aggregate(packets).reshape(-1) / N
+                hook_avg = torch.cat([got[n] for n in names_c])
+                err = max(err, (expected - hook_avg).abs().max().item())
+            errs.append(err)
+            dense_errs.append(derr)
+        last = state.stats.last
+        out[label] = {"errors": errs, "dense_errors": dense_errs, "ratio": last.ratio, "compressed": last.compressed,
+                      "buckets": len(state.plans), "scale": max(g.abs().max().item() for g in got.values()),
+                      "dense_segments": sum(not s.compress for p in state.plans.values() for s in p.segments)}
+        state.close()
+    return out
+
+
+def _all_gather(t):
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t.contiguous())
+    return parts
+
+
+# --- state, options, links ----------------------------------------------------------------
+def _step(model, rank, step):
+    x, y = _batch(rank, step)
+    model.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    return torch.cat([p.grad.reshape(-1).clone() for p in model.parameters()])
+
+
+def state_round_trips(comps, ef=True):
+    return [state_round_trip(c, ef) for c in comps]
+
+
+def state_round_trip(comp, ef):
+    """Grads of step B from the original hook vs from a fresh DDP whose hook loaded the
+    original's state_dict (after one dense settling step of its own)."""
+    import copy
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from milktea.dist import hooks
+    rank = dist.get_rank()
+    net = _net()
+    model = DDP(net, bucket_cap_mb=0.004)
+    state = hooks.compress(model, comp, error_feedback=ef, min_size=0)
+    for step in range(3):
+        _step(model, rank, step)
+    saved = state.state_dict()
+    net2 = copy.deepcopy(net)
+    model2 = DDP(net2, bucket_cap_mb=0.004)
+    state2 = hooks.compress(model2, comp, error_feedback=ef, min_size=0)
+    state2.load_state_dict(saved)
+    _step(model2, rank, 99)                  # dense: the new DDP settles its buckets
+    after_dense = state2.stats.last.compressed
+    original = _step(model, rank, 3)
+    restored = _step(model2, rank, 3)
+    fresh_net = copy.deepcopy(net)
+    fresh = DDP(fresh_net, bucket_cap_mb=0.004)
+    fstate = hooks.compress(fresh, comp, error_feedback=ef, min_size=0, start_step=1)
+    _step(fresh, rank, 99)
+    unrestored = _step(fresh, rank, 3)
+    residual_norm = sum(float(v["sender"]["residual"].norm()) if "sender" in v else
+                        sum(float(r.norm()) for r in v["residuals"] if r is not None)
+                        for v in saved["buckets"].values())
+    for s in (state, state2, fstate):
+        s.close()
+    return {"max_diff": (original - restored).abs().max().item(), "step": saved["step"],
+            "unrestored_diff": (original - unrestored).abs().max().item(), "residual_norm": residual_norm,
+            "dense_while_settling": not after_dense}
+
+
+def start_step_check(start_step):
+    """Per step: compressed or not, and |hook average - exact mean| (0 while dense)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from milktea.dist import hooks
+    from milktea.compressors import TopK
+    rank = dist.get_rank()
+    net = _net()
+    model = DDP(net, bucket_cap_mb=0.004)
+    state = hooks.compress(model, TopK(0.05), error_feedback=True, start_step=start_step, min_size=0)
+    ref = _net()
+    rows = []
+    for step in range(start_step + 2):
+        got = _step(model, rank, step)
+        local = _step(ref, rank, step)
+        mean = torch.stack(_all_gather(local)).mean(0)
+        rows.append((state.stats.last.compressed, (got - mean).abs().max().item()))
+    state.close()
+    return rows
+
+
+def emulated_collectives(bandwidth, latency, nbytes):
+    """Measured seconds vs the cost model's for an all-reduce, an all-gather of packets,
+    and PyTorch's fp16 hook, through an emulated link."""
+    import time as _t
+    from milktea import cost
+    from milktea.dist.comm import Comm
+    from milktea.dist.link import EmulatedLink, emulate_torch_collectives
+    from milktea.dist.stats import StatsLog
+    link = EmulatedLink(cost.Link(bandwidth, latency))
+    N = dist.get_world_size()
+    log = StatsLog()
+    comm = Comm(None, link, log)
+    t = torch.ones(nbytes // 4)
+    dist.barrier()
+    t0 = _t.perf_counter()
+    comm.all_reduce(t)
+    ar = _t.perf_counter() - t0
+    payload = torch.zeros(nbytes // 10 + dist.get_rank(), dtype=torch.uint8)
+    dist.barrier()
+    t0 = _t.perf_counter()
+    parts = comm.all_gather_bytes(payload)
+    ag = _t.perf_counter() - t0
+    width = nbytes // 10 + N - 1
+    log2 = StatsLog()
+    x = torch.ones(nbytes // 4)
+    dist.barrier()
+    with emulate_torch_collectives(link, log2) as torch_dist:   # what PyTorch's hooks call
+        t0 = _t.perf_counter()
+        torch_dist.all_reduce(x)
+        torch_ar = _t.perf_counter() - t0
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    # only PyTorch's hook modules see the proxy; torch.distributed itself is untouched
+    untouched = default_hooks.dist is not dist and dist.all_reduce.__module__.startswith("torch.distributed")
+    return {"allreduce": (ar, cost.ring_allreduce_time(nbytes, N, link.link)),
+            "allgather": (ag, cost.allgather_time(8, N, link.link) + cost.allgather_time(width, N, link.link)),
+            "torch_allreduce": (torch_ar, cost.ring_allreduce_time(nbytes, N, link.link)),
+            "sizes": [p.numel() for p in parts], "logged": log.current(0).predicted_comm_s,
+            "sum": float(x[0]), "torch_logged": log2.current(0).collectives, "untouched": untouched}
+
+
+def nan_gradient():
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from milktea.dist import hooks
+    from milktea.compressors import TopK
+    model = DDP(_net())
+    hooks.compress(model, TopK(0.1), min_size=0)
+    for step in range(3):
+        x, y = _batch(dist.get_rank(), step)
+        if step == 2 and dist.get_rank() == 1:
+            x[0, 0] = float("nan")
+        model.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+
+
+def shaped_allreduce(nbytes):
+    """Inside network namespaces: time a dense all-reduce, calibrate the cost model."""
+    import time as _t
+    from milktea.dist.calibrate import calibrate_link
+    t = torch.ones(nbytes // 4)
+    dist.all_reduce(t)                     # connect, warm up
+    t.fill_(dist.get_rank() + 1)
+    dist.barrier()
+    t0 = _t.perf_counter()
+    dist.all_reduce(t)
+    seconds = _t.perf_counter() - t0
+    link = calibrate_link((4096, 1 << 18, 1 << 20), repeats=2)
+    return {"seconds": seconds, "nbytes": nbytes, "sum": float(t[0]), "link": repr(link),
+            "addr": os.environ["MASTER_ADDR"]}
