@@ -6,18 +6,21 @@ from milktea.experiments.dashboard import COMPLEXITY, STAGES, Recorder
 
 def test_recorder_builds_series_from_messages():
     r = Recorder(batch=32, workers=2)
-    r(0, ("start", "dense", "dense all-reduce", 3))
+    r(0, ("start", "all schemes", 6))
+    assert "waiting" in r.status
     for step, (t, wire) in enumerate([(0.1, 1e6), (0.05, 1e6), (0.04, 1e6)]):
-        r(0, ("step", {"label": "dense all-reduce", "step": step, "step_s": t, "loss": 2.0 - step,
-                       "wire_bytes": wire}))
-    r(0, ("done", "dense"))
+        for label in ("dense all-reduce", "Sign+EF"):
+            r(0, ("step", {"label": label, "step": step, "step_s": t, "loss": 2.0 - step, "wire_bytes": wire}))
+    assert "6 of 6 steps" in r.status
+    r(0, ("done",))
     s = r.series["dense all-reduce"]
     assert s["step"] == [1, 2, 3]
     assert s["throughput"] == pytest.approx([640, 1280, 1600])      # 64 samples per step
     assert s["latency_ms"] == pytest.approx([100, 50, 40])
     assert s["wire_mb"] == pytest.approx([1, 2, 3])
-    assert r.done == ["dense all-reduce"] and r.updates == 5
-    assert "step 3 of 3" in r.status
+    assert r.done == ["dense all-reduce", "Sign+EF"] and r.updates == 8
+    series, status = r.snapshot()
+    assert series == r.series and series is not r.series and "2 schemes done" in status
 
 
 def test_every_scheme_has_a_complexity():
@@ -39,7 +42,7 @@ def test_live_run_streams_records_and_tables():
         rec(rank, msg)
 
     result = exp.live_run(["dense", "sign"], on_record, steps=5, hidden=64, batch=16, link_gbit=1.0)
-    assert seen.count("step") == 10 and seen.count("start") == 2
+    assert seen.count("step") == 10 and seen.count("start") == 1 and seen[-1] == "done"
     assert [len(s["step"]) for s in rec.series.values()] == [5, 5]
     table = exp.evaluation(result)
     assert [r["complexity"] for r in table] == [0, 4]

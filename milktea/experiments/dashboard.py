@@ -63,19 +63,18 @@ class Recorder:
 
     def _take(self, msg) -> None:
         kind = msg[0]
-        if kind == "start":
-            _, _, label, self.steps = msg
-            self.current = label
-            self.series[label] = {k: [] for k in ("step", "throughput", "latency_ms", "wire_mb", "loss")}
+        if kind == "start":                    # ("start", what, total steps over all schemes)
+            self.steps = msg[-1]
         elif kind == "step":
             self.add(msg[1])
         elif kind == "done":
-            self.done.append(self.current)
+            self.done = list(self.series)
         self.updates += 1
 
     def add(self, rec: dict) -> None:
-        s = self.series.setdefault(rec.get("label", self.current),
-                                   {k: [] for k in ("step", "throughput", "latency_ms", "wire_mb", "loss")})
+        label = rec.get("label", rec.get("scheme", "?"))
+        self.current = label
+        s = self.series.setdefault(label, {k: [] for k in ("step", "throughput", "latency_ms", "wire_mb", "loss")})
         s["step"].append(rec["step"] + 1)
         s["latency_ms"].append(1e3 * rec["step_s"])
         s["throughput"].append(self.batch * self.workers / rec["step_s"] if rec["step_s"] > 0 else float("nan"))
@@ -87,39 +86,50 @@ class Recorder:
     def status(self) -> str:
         if not self.series:
             return "waiting for the workers (starting processes, calibrating the link, timing compute)"
-        n = len(self.series.get(self.current, {}).get("step", []))
-        return (f"{len(self.done)} of the schemes done; now <b>{self.current}</b>: step {n} of {self.steps}; "
-                f"{time.perf_counter() - self.started:.0f} s since start")
+        seen = sum(len(s["step"]) for s in self.series.values())
+        took = time.perf_counter() - self.started
+        if self.done:
+            return f"{len(self.done)} schemes done, {seen} steps in {took:.0f} s"
+        return (f"{seen} of {self.steps or '?'} steps, {len(self.series)} schemes so far, latest: "
+                f"<b>{self.current}</b>; {took:.0f} s since start")
 
 
 def live_run(names, on_record=None, *, workers: int = 2, link_gbit: float | None = 1.0, latency_us: float = 50.0,
              steps: int = 20, hidden: int = 16384, batch: int = 32, lr: float = 0.05, momentum: float = 0.9,
-             ratio: float = 0.01,
-             powersgd_rank: int = 4, seed: int = 0, calibrate_sizes=(64 << 10, 1 << 20, 8 << 20),
-             profile_steps: int = 3, timeout: float | None = None):
-    """Train every scheme in `names` on `workers` local ranks over an emulated link, calling
-    `on_record(rank, message)` with each message rank 0 sends while it trains; return the
-    same `milktea.dist.report.Comparison` as `compare`."""
+             ratio: float = 0.01, powersgd_rank: int = 4, seed: int = 0, interleave: bool | None = None,
+             timeout: float | None = None):
+    """Train every scheme in `names` on `workers` local ranks over an emulated link (None:
+    loopback), calling `on_record(rank, message)` with each message rank 0 sends while it
+    trains; return the same `milktea.dist.report.Comparison` as `compare`. With `interleave`
+    (the default when the models fit in memory) the schemes take turns step by step, so
+    every curve grows at once and all of them see the same load."""
     from ..dist import schemes
-    from ..dist.compare import _worker
+    from ..dist.calibrate import DEFAULT_SIZES
+    from ..dist.compare import _worker, fits_in_memory
     from ..dist.launch import launch
     from ..dist.report import Comparison, predict_step
     from ..dist.train import TrainConfig
+    from ..tasks import Digits
     names = list(names)
     for n in names:
         if n not in schemes.SCHEMES:
             raise ValueError(f"unknown scheme {n!r}; choose from {', '.join(schemes.SCHEMES)}")
+    if len(set(names)) != len(names) or not names:
+        raise ValueError(f"give each scheme once (and at least one), got {names}")
     cfg = dict(steps=steps, hidden=hidden, batch=batch, lr=lr, momentum=momentum, ratio=ratio,
                powersgd_rank=powersgd_rank, seed=seed)
     TrainConfig(**cfg)
-    out = launch(_worker, workers, (cfg, names, link_gbit, latency_us, list(calibrate_sizes), profile_steps),
+    if interleave is None:
+        interleave = fits_in_memory(len(names), Digits.features * hidden + hidden * 11 + 10, workers)
+    out = launch(_worker, workers, (cfg, names, link_gbit, latency_us, list(DEFAULT_SIZES), interleave),
                  on_message=on_record, timeout=timeout)
     model_link = cost.Link(*out["model_link"])
     for res in out["results"]:
         for rec in res.get("records", []):
-            rec["predicted_s"] = predict_step(out["compute"], rec, model_link, workers)
+            rec["predicted_s"] = predict_step(rec.get("compute", out["compute"]), rec, model_link, workers)
     where = (f"emulated {link_gbit:g} Gbit/s link, {latency_us:g} us latency" if link_gbit
              else "the real link as it is (loopback)")
+    where += ", schemes interleaved step by step" if out["interleaved"] else ", one scheme after another"
     return Comparison(out["results"], model_link, out["compute"], where, workers, out["backend"], cfg)
 
 
@@ -149,7 +159,8 @@ def repriced(comparison, gbit: float, latency: float | None = None) -> list[dict
         if "records" not in res:
             continue
         recs = res["records"][comparison.skip:] or res["records"]
-        t = sorted(predict_step(comparison.compute, r, link, comparison.workers) for r in recs)[len(recs) // 2]
+        t = sorted(predict_step(r.get("compute", comparison.compute), r, link, comparison.workers)
+                   for r in recs)[len(recs) // 2]
         rows.append({"scheme": res["label"], "step ms": 1e3 * t, "samples/s": batch / t})
     dense = next((r["step ms"] for r in rows if r["scheme"].startswith("dense")), None)
     for r in rows:

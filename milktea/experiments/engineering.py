@@ -295,9 +295,10 @@ def reprice(comparison, gbits, latency: float | None = None, skip: int | None = 
         if "records" not in res:
             continue
         recs = res["records"][skip:]
-        times[res["label"]] = [sorted(predict_step(comparison.compute, r, cost.Link.gbit(b, latency),
-                                                   comparison.workers) for r in recs)[len(recs) // 2]
-                               for b in gbits]
+        times[res["label"]] = [
+            sorted(predict_step(r.get("compute", comparison.compute), r, cost.Link.gbit(b, latency),
+                                comparison.workers) for r in recs)[len(recs) // 2]
+            for b in gbits]
     dense = next((v for k, v in times.items() if k.startswith("dense")), None)
     if dense is None:
         raise ValueError("the comparison has no dense run to compare against")
