@@ -15,6 +15,8 @@ from .feedback import DGC, ErrorFeedback, warmup_ratio
 from .packet import Packet, decode
 from .simulate import History, SeedDemo, seed_demo, simulate
 from .tasks import Digits, Quadratic, Task
+from . import ddp  # noqa: E402  (milktea.ddp.compress: DDP communication hooks)
+from .dist import EmulatedLink, WorkerError, launch
 
 __version__ = "0.1.0"
 
@@ -23,4 +25,5 @@ __all__ = ["Packet", "decode", "Compressor", "Identity", "TopK", "RandomK", "Qua
            "Link", "Timeline", "allgather_time", "calibrate", "collective_for", "comm_time",
            "gradient_bytes", "iteration_time", "overlapped_timeline", "parameter_server_time",
            "ring_allreduce_bytes", "ring_allreduce_time", "scissors", "step_time", "waiting_fraction",
-           "pick_device", "History", "SeedDemo", "seed_demo", "simulate", "Digits", "Quadratic", "Task"]
+           "pick_device", "History", "SeedDemo", "seed_demo", "simulate", "Digits", "Quadratic", "Task",
+           "ddp", "launch", "WorkerError", "EmulatedLink"]

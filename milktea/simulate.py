@@ -162,10 +162,11 @@ class _Exchange:
         else:
             self.scheme = compressor.name if ledger else compressor.name + ("+ef" if error_feedback else "")
 
-        def make():                             # stateful compressors: one state per stream
-            if ledger or not error_feedback:
+        def make(rank, stream):                 # one state (and random stream) per worker stream
+            if ledger:
                 return copy.deepcopy(compressor)
-            return ErrorFeedback(copy.deepcopy(compressor))
+            own = compressor.fork(rank, stream)
+            return ErrorFeedback(own) if error_feedback else own
         # PowerSGD's two all-reduces sum the factors on the way: one sender on the summed gradient
         self.summed = getattr(self.codec, "codec", None) == "powersgd"
         self.per_layer = self.summed if per_layer is None else bool(per_layer)
@@ -173,7 +174,7 @@ class _Exchange:
         for _, p in (named if self.per_layer else [("all", flat)]):
             self.streams.append((slice(offset, offset + p.numel()), tuple(p.shape)))
             offset += p.numel()
-        self.senders = ([[make() for _ in self.streams] for _ in range(1 if self.summed else workers)]
+        self.senders = ([[make(w, s) for s in range(len(self.streams))] for w in range(1 if self.summed else workers)]
                         if compressor is not None else None)
 
     def __call__(self, G):

@@ -308,3 +308,20 @@ def test_reprs_and_names():
     assert TopK(0.01).name == "topk-1%" and Quantize(4).name == "int4"
     assert Chain(TopK(0.01), Quantize(8)).name == "topk-1%+int8"
     assert Identity().name == "dense"
+
+
+def test_fork_gives_each_worker_its_own_random_stream():
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+    for comp in (Quantize(bits=2, stochastic=True), QSGD(levels=2), TernGrad(),
+                 Chain(TopK(ratio=0.5), Quantize(bits=2, stochastic=True))):
+        a, b, again = comp.fork(0), comp.fork(1), comp.fork(0)
+        pa = a.compress(x)
+        assert pa == again.compress(x)              # reproducible per rank
+        assert pa != b.compress(x)                  # independent across ranks
+    # workers must agree on RandomK's positions and PowerSGD's start
+    r0, r1 = RandomK(ratio=0.1, seed=3).fork(0), RandomK(ratio=0.1, seed=3).fork(1)
+    assert torch.equal(sparse_decode(r0.compress(x))[0], sparse_decode(r1.compress(x))[0])
+    m = x.view(20, 50)
+    assert PowerSGD(rank=2).fork(0).compress(m) == PowerSGD(rank=2).fork(1).compress(m)
+    base = Quantize(bits=8)
+    assert base.fork(3).compress(x) == base.compress(x)   # deterministic ones are unchanged

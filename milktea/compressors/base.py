@@ -1,6 +1,7 @@
 """The compressor contract and the byte helpers every codec shares."""
 from __future__ import annotations
 
+import copy
 from typing import Sequence
 
 import torch
@@ -88,6 +89,22 @@ class Compressor:
                 raise ValueError(f"packets disagree on shape: {p.shape} vs {packets[0].shape}")
             total += self.decompress(p)
         return total
+
+    def fork(self, rank: int = 0, stream: int = 0) -> "Compressor":
+        """A copy for one worker's tensor stream: no state is shared with the original.
+
+        Stochastic compressors get a random stream of their own per (rank, stream), so
+        that workers' rounding errors average out instead of adding up. Compressors whose
+        workers must agree (RandomK's positions, PowerSGD's start) keep their seed.
+        """
+        twin = copy.deepcopy(self)
+        twin._reseed(rank, stream)
+        return twin
+
+    def _reseed(self, rank: int, stream: int) -> None:
+        gen = getattr(self, "_gen", None)
+        if gen is not None and getattr(self, "stochastic", False):
+            gen.manual_seed((self.seed * 1_000_003 + rank * 7919 + stream) % (1 << 62))
 
     def subtract_sent(self, residual: torch.Tensor, packet: Packet) -> None:
         """residual -= decompress(packet), in place (error feedback's bookkeeping)."""

@@ -52,6 +52,10 @@ class Chain(Compressor):
         return Packet("chain", tuple(t.shape), t.dtype, (CODECS[sparse.codec], *sparse.params),
                       (*sparse.parts[:-1], inner.to_tensor()))
 
+    def _reseed(self, rank, stream):
+        self.first._reseed(rank, stream)
+        self.second._reseed(rank, stream)
+
     aggregate = Sparsifier.aggregate
     subtract_sent = Sparsifier.subtract_sent
 

@@ -123,6 +123,7 @@ class QSGD(Compressor):
     """
     codec = "qsgd"
     ord = 2.0
+    stochastic = True
 
     def __init__(self, levels: int = 4, chunk: int | None = 512, seed: int = 0, nonfinite: str = "raise"):
         super().__init__(nonfinite)

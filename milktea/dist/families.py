@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from milktea.compressors import QSGD, Cast, Compressor, PowerSGD, Sparsifier, sparse_decode
+from milktea.compressors import Cast, Compressor, PowerSGD, Sparsifier, sparse_decode
 from milktea.compressors.base import from_bytes
 from milktea.feedback import ErrorFeedback
 from milktea.packet import Packet
@@ -39,10 +39,7 @@ def make_sender(compressor, error_feedback: bool, rank: int, index: int):
     """Bucket `index`'s own copy of the compressor on `rank` (with its ledger). Stochastic
     rounding gets a seed of its own per rank and bucket: if every rank drew the same random
     numbers their rounding errors would add up instead of averaging out."""
-    c = copy.deepcopy(compressor)
-    for part in (c, getattr(c, "first", None), getattr(c, "second", None)):
-        if (getattr(part, "stochastic", False) or isinstance(part, QSGD)) and hasattr(part, "_gen"):
-            part._gen.manual_seed((part.seed * 1_000_003 + rank * 7919 + index) % (1 << 62))
+    c = compressor.fork(rank, index)
     return ErrorFeedback(c) if error_feedback else c
 
 

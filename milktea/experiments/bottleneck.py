@@ -1,0 +1,245 @@
+"""Chapter 01's numbers: how long the nightly phone call takes, on paper and for real.
+
+    >>> b = breakdown(params=175e9, workers=64, gbit=100, compute=0.2)
+    >>> round(b.comm_ring, 1), f"{b.waiting:.1%}"
+    (110.3, '99.8%')
+    >>> run = ring_allreduce([np.ones(8), 2 * np.ones(8)])
+    >>> run.result[0].tolist() == [3.0] * 8, run.bytes_sent.tolist()    # 2(N-1)/N * 64 bytes
+    (True, [64, 64])
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import cost
+from ..tasks import _int
+
+# Parameter counts of well-known models (public figures, rounded).
+MODELS = {"ResNet-50": 25.6e6, "BERT-large": 340e6, "GPT-2 XL": 1.5e9, "GPT-3": 175e9}
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """One training step split into compute and communication, for one model and cluster."""
+    params: float
+    workers: int
+    link: cost.Link
+    compute: float           # seconds of forward + backward
+    grad_bytes: int          # one full gradient
+    comm_ring: float         # seconds for a ring all-reduce of it
+    comm_ps: float           # seconds through one parameter server
+
+    @property
+    def step_ring(self) -> float:
+        return cost.iteration_time(self.compute, self.comm_ring)
+
+    @property
+    def step_ps(self) -> float:
+        return cost.iteration_time(self.compute, self.comm_ps)
+
+    @property
+    def waiting(self) -> float:
+        """Share of a ring step spent waiting for the network."""
+        return cost.waiting_fraction(self.compute, self.comm_ring) if self.step_ring > 0 else 0.0
+
+    def __repr__(self) -> str:
+        return (f"Breakdown({self.params:.3g} params, {self.workers} workers, {self.link}: compute "
+                f"{self.compute:.3g}s, ring {self.comm_ring:.3g}s, server {self.comm_ps:.3g}s, "
+                f"waiting {self.waiting:.1%})")
+
+
+def breakdown(params: float, workers: int, gbit: float, compute: float, bytes_per_param: int = 4,
+              latency: float = 50e-6) -> Breakdown:
+    """Compute vs communication for `params` parameters on `workers` workers joined by
+    `gbit` Gbit/s links, with `compute` seconds of forward + backward per step."""
+    link = cost.Link.gbit(gbit, latency)
+    m = cost.gradient_bytes(params, bytes_per_param)
+    return Breakdown(float(params), workers, link, float(compute), m,
+                     cost.ring_allreduce_time(m, workers, link),
+                     cost.parameter_server_time(m, workers, link))
+
+
+def gradient_table(models: dict[str, float] | None = None, workers: int = 64,
+                   gbits: tuple[float, ...] = (25, 100)) -> list[dict]:
+    """For each model: fp32 gradient bytes, bytes each worker sends in a ring all-reduce,
+    and the seconds that takes on each link speed in `gbits`."""
+    rows = []
+    for name, params in (models or MODELS).items():
+        m = cost.gradient_bytes(params)
+        row = {"model": name, "params": params, "fp32 gradient (GB)": m / 1e9,
+               "ring bytes per worker (GB)": cost.ring_allreduce_bytes(m, workers) / 1e9}
+        for g in gbits:
+            row[f"all-reduce at {g:g} Gbit/s (s)"] = cost.ring_allreduce_time(m, workers, cost.Link.gbit(g))
+        rows.append(row)
+    return rows
+
+
+def scaling(nbytes: float, workers: list[int] | np.ndarray, link: cost.Link, servers: int = 1) -> dict:
+    """Ring all-reduce vs parameter server as the number of workers grows: seconds per
+    exchange and bytes through the busiest link (a ring worker's vs the server's)."""
+    ns = [_int("workers", int(n), 1) for n in workers]
+    return {"workers": np.array(ns),
+            "ring_time": np.array([cost.ring_allreduce_time(nbytes, n, link) for n in ns]),
+            "ps_time": np.array([cost.parameter_server_time(nbytes, n, link, servers) for n in ns]),
+            "ring_bytes": np.array([cost.ring_allreduce_bytes(nbytes, n) for n in ns]),
+            "ps_bytes": np.array([2.0 * n * nbytes / servers for n in ns])}
+
+
+@dataclass
+class RingRun:
+    """A ring all-reduce executed step by step: every worker's result and bytes sent."""
+    result: list[np.ndarray]
+    bytes_sent: np.ndarray      # per worker
+    steps: int
+    log: list[list[tuple[int, int, int]]]   # per step: (sender, receiver, chunk) messages
+
+
+def ring_allreduce(arrays: list[np.ndarray]) -> RingRun:
+    """Sum equal-shaped arrays the way a ring all-reduce does, counting every byte.
+
+    The vector is cut into N chunks. Reduce-scatter: in step s (N-1 steps) worker i sends
+    its running sum of chunk (i - s) mod N to worker i+1, which adds its own. After that
+    worker i holds the full sum of chunk (i + 1) mod N. All-gather: N-1 more steps pass
+    the finished chunks around the ring. Each worker sends 2(N-1) chunks of M/N bytes."""
+    if not isinstance(arrays, (list, tuple)) or not arrays:
+        raise ValueError("give a non-empty list of arrays, one per worker")
+    arrays = [np.asarray(a) for a in arrays]
+    if any(a.shape != arrays[0].shape for a in arrays):
+        raise ValueError(f"every worker must hold the same shape, got {[a.shape for a in arrays]}")
+    n = len(arrays)
+    shape = arrays[0].shape
+    bounds = np.linspace(0, arrays[0].size, n + 1).round().astype(int)
+    chunks = [[a.reshape(-1)[bounds[c]:bounds[c + 1]].astype(np.float64) for c in range(n)]
+              for a in arrays]
+    sent = np.zeros(n, dtype=np.int64)
+    log = []
+    itemsize = arrays[0].dtype.itemsize
+    for phase in ("reduce-scatter", "all-gather"):
+        for s in range(n - 1):
+            msgs = []
+            for i in range(n):
+                c = (i - s) % n if phase == "reduce-scatter" else (i + 1 - s) % n
+                msgs.append((i, (i + 1) % n, c, chunks[i][c].copy()))
+            for i, j, c, data in msgs:     # all sends of a step happen at once
+                chunks[j][c] = chunks[j][c] + data if phase == "reduce-scatter" else data
+                sent[i] += data.size * itemsize
+            log.append([(i, j, c) for i, j, c, _ in msgs])
+    result = [np.concatenate(w).reshape(shape).astype(arrays[0].dtype) for w in chunks]
+    return RingRun(result, sent, len(log), log)
+
+
+# -- a real all-reduce between local worker processes ------------------------------------
+
+DEFAULT_SIZES = (4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
+
+
+@dataclass
+class AllReduceMeasurement:
+    """Median seconds of real all-reduces (one per message size) and the link they imply."""
+    sizes: list[int]
+    times: list[float]
+    workers: int
+    backend: str
+    link: cost.Link           # alpha and bandwidth fitted to the times
+    correct: bool             # the all-reduce returned the exact sum
+
+    def predicted(self, sizes=None) -> np.ndarray:
+        """The cost model's times with the fitted link."""
+        sizes = self.sizes if sizes is None else sizes
+        return np.array([cost.ring_allreduce_time(m, self.workers, self.link) for m in sizes])
+
+    def __repr__(self) -> str:
+        return (f"AllReduceMeasurement({self.workers} workers, {self.backend}, {len(self.sizes)} sizes "
+                f"{self.sizes[0]}..{self.sizes[-1]} B, fitted {self.link}, sum correct: {self.correct})")
+
+
+def _measure_worker(sizes, repeats):
+    """Runs on every rank (inside milktea.dist.launch): time the all-reduces, check a sum."""
+    import torch.distributed as dist
+
+    from ..dist.calibrate import measure_allreduce
+    backend = dist.get_backend()
+    device = torch.device("cuda", dist.get_rank()) if backend == "nccl" else torch.device("cpu")
+    sizes, times = measure_allreduce(sizes, repeats, device=device)
+    n = dist.get_world_size()
+    check = torch.full((1000,), float(dist.get_rank() + 1), device=device)
+    dist.all_reduce(check)
+    correct = bool((check == n * (n + 1) / 2).all())
+    return {"sizes": sizes, "times": times, "backend": backend, "correct": correct}
+
+
+def fit_link(sizes, times, workers: int) -> cost.Link:
+    """alpha and B from measured ring all-reduce times; if noise makes the least-squares
+    fit unphysical, alpha from the smallest message and B from the largest."""
+    try:
+        return cost.calibrate(sizes, times, workers, collective="allreduce")
+    except ValueError:
+        alpha = times[0] / (2 * (workers - 1))
+        beta = max(times[-1] - 2 * (workers - 1) * alpha, 1e-12) / (2 * (workers - 1) / workers * sizes[-1])
+        return cost.Link(1.0 / beta, alpha)
+
+
+def measure_local_allreduce(sizes=DEFAULT_SIZES, workers: int = 2, repeats: int = 5,
+                            timeout: float = 240.0) -> AllReduceMeasurement:
+    """Start `workers` local processes (gloo on CPU, NCCL with a GPU each), time a dense
+    float32 all-reduce of each size (bytes; median of `repeats`, the slowest rank's), and
+    fit the cost model's alpha and bandwidth to the times."""
+    try:
+        from ..dist import launch
+    except ImportError as e:     # the multi-process runtime is a separate part of the package
+        raise ImportError(f"measure_local_allreduce needs milktea.dist (the multi-process runtime): {e}") from e
+    _int("workers", workers, 2), _int("repeats", repeats, 1)
+    sizes = [int(s) for s in sizes]
+    if len(set(sizes)) < 2 or min(sizes) < 4:
+        raise ValueError(f"need at least 2 distinct sizes of >= 4 bytes, got {sizes}")
+    out = launch(_measure_worker, nprocs=workers, args=(sizes, repeats), timeout=timeout)
+    link = fit_link(out["sizes"], out["times"], workers)
+    return AllReduceMeasurement(out["sizes"], out["times"], workers, out["backend"], link, out["correct"])
+
+
+# -- the story's phone night (chapter 00) -------------------------------------------------
+
+@dataclass(frozen=True)
+class PhoneNight:
+    """The shop's night: hours of work vs hours on the phone, two ways of phoning."""
+    branches: int
+    lines: int
+    lines_per_second: float
+    work_hours: float
+    head_office_hours: float     # every branch reads to head office, which reads the sum back
+    ring_hours: float            # each branch phones only its neighbour (ring all-reduce)
+
+    def __repr__(self) -> str:
+        return (f"PhoneNight({self.branches} branches, {self.lines} lines at {self.lines_per_second:g}/s: "
+                f"head office {seconds(self.head_office_hours * 3600)}, ring {seconds(self.ring_hours * 3600)}, "
+                f"work {seconds(self.work_hours * 3600)})")
+
+
+def phone_night(branches: int = 64, lines: int = 5000, lines_per_second: float = 0.5,
+                work_hours: float = 0.5) -> PhoneNight:
+    """The story in the cost model's units: a report of `lines` lines read at
+    `lines_per_second` down one phone line per shop (one line = one unit of data)."""
+    _int("branches", branches, 1), _int("lines", lines, 1)
+    line = cost.Link(bandwidth=lines_per_second)
+    ps = cost.parameter_server_time(lines, branches, line) / 3600
+    ring = cost.ring_allreduce_time(lines, branches, line) / 3600
+    return PhoneNight(branches, lines, float(lines_per_second), float(work_hours), ps, ring)
+
+
+def waiting_share(compute: float, comm: float) -> float:
+    """The share of a step spent waiting: comm / (compute + comm)."""
+    return cost.waiting_fraction(compute, comm)
+
+
+def seconds(x: float) -> str:
+    """A duration in words a reader can compare: ms, s, min, h or days."""
+    if not math.isfinite(x):
+        return str(x)
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if x >= size:
+            return f"{x / size:.3g} {unit}"
+    return f"{x * 1e3:.3g} ms"

@@ -1,0 +1,155 @@
+"""Chapter 04's numbers: the old ledger (error feedback) step by step, the seed's demo
+taken further, and Top-K with and without the ledger on a real task.
+
+    >>> tr = ledger_trace(shop_adjustments(), k=2)
+    >>> ice = tr.items.index("ice")           # heard + still in the ledger == everything
+    >>> bool(np.isclose(tr.delivered("ice")[-1] + tr.after[-1, ice], tr.truth("ice")[-1]))
+    True
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..checks import check_grad, check_k
+from ..compressors import Compressor, TopK
+from ..feedback import ErrorFeedback
+from ..index import ENCODINGS
+from ..simulate import History, simulate
+from ..tasks import Digits, Quadratic, Task, _int
+
+ITEMS = ("pearls", "sugar", "tea", "ice", "milk", "foam")
+
+
+def shop_adjustments(nights: int = 12, seed: int = 3) -> tuple[tuple[str, ...], np.ndarray]:
+    """One branch's taste adjustments, night by night: three big noisy items, one small
+    steady one (customers want a little less ice, +0.3 every night) and two small noisy
+    ones. Returns (item names, array [nights, items])."""
+    _int("nights", nights, 1), _int("seed", seed, 0)
+    rng = np.random.RandomState(seed)
+    scale = np.array([1.0, 0.9, 0.7, 0.0, 0.1, 0.05])
+    mean = np.array([0.0, 0.0, 0.0, 0.3, 0.0, 0.0])
+    return ITEMS, mean + scale * rng.randn(nights, len(ITEMS))
+
+
+@dataclass
+class LedgerTrace:
+    """Every night of a branch that reads its Top-k with the ledger, and (for contrast)
+    the same branch without one. Arrays are [nights, items]."""
+    items: list[str]
+    k: int
+    grads: np.ndarray      # the night's new adjustments g_t
+    before: np.ndarray     # ledger before the night, e_t
+    sent: np.ndarray       # what was read out: C(e_t + g_t)
+    after: np.ndarray      # ledger after: e_t + g_t - C(e_t + g_t)
+    sent_plain: np.ndarray  # without a ledger: C(g_t)
+
+    @property
+    def nights(self) -> int:
+        return len(self.grads)
+
+    def _col(self, item: str) -> int:
+        if item not in self.items:
+            raise KeyError(f"no item {item!r}; items are {self.items}")
+        return self.items.index(item)
+
+    def truth(self, item: str) -> np.ndarray:
+        """Running total of the real adjustments of `item`."""
+        return np.cumsum(self.grads[:, self._col(item)])
+
+    def delivered(self, item: str, ledger: bool = True) -> np.ndarray:
+        """Running total that head office has heard for `item`."""
+        return np.cumsum((self.sent if ledger else self.sent_plain)[:, self._col(item)])
+
+    def night(self, t: int) -> dict:
+        """Night t (0-based) in plain numbers, for tables and widgets."""
+        if not 0 <= t < self.nights:
+            raise ValueError(f"night must be in [0, {self.nights - 1}], got {t}")
+        return {"night": t + 1, "new": self.grads[t], "ledger before": self.before[t],
+                "to choose from": self.before[t] + self.grads[t], "read out": self.sent[t],
+                "ledger after": self.after[t], "chosen": [self.items[i] for i in np.flatnonzero(self.sent[t])]}
+
+
+def ledger_trace(adjustments=None, k: int = 2, compressor: Compressor | None = None) -> LedgerTrace:
+    """Run a branch's nights through `ErrorFeedback(TopK(k))` (or `compressor`) and record
+    the ledger before and after each night; also the same nights without the ledger.
+    `adjustments`: (names, [nights, items] array) as from `shop_adjustments`, or an array."""
+    names, grads = adjustments if isinstance(adjustments, tuple) else (None, adjustments)
+    if grads is None:
+        names, grads = shop_adjustments()
+    grads = np.asarray(grads, dtype=np.float64)
+    if grads.ndim != 2 or grads.shape[0] < 1 or grads.shape[1] < 1:
+        raise ValueError(f"adjustments must be a [nights, items] array, got shape {grads.shape}")
+    names = list(names) if names is not None else [f"item {i}" for i in range(grads.shape[1])]
+    comp = compressor if compressor is not None else TopK(k=check_k(k, grads.shape[1]))
+    ef, plain = ErrorFeedback(comp), comp
+    before, sent, after, sent_plain = [], [], [], []
+    for g in grads:
+        g = torch.from_numpy(g.copy())
+        before.append(np.zeros_like(g.numpy()) if ef.residual is None else ef.residual.numpy().copy())
+        sent.append(ef.decompress(ef.compress(g)).numpy().copy())
+        after.append(ef.residual.numpy().copy())
+        sent_plain.append(plain.decompress(plain.compress(g)).numpy().copy())
+    return LedgerTrace(names, k, grads, np.array(before), np.array(sent), np.array(after), np.array(sent_plain))
+
+
+# -- the seed's demo, taken further ----------------------------------------------------
+
+def bits_to_address(n: int) -> int:
+    """Bits an absolute index needs to name one of n positions: ceil(log2 n)."""
+    _int("n", n, 1)
+    return max(1, math.ceil(math.log2(n)))
+
+
+def seed_index_costs(steps: int = 60, n_params: int = 1000, k: int = 100, lr: float = 0.1,
+                     seed: int = 42) -> list[dict]:
+    """The seed's demo (Top-K + ledger on its quadratic) run once per index encoding:
+    the real packet bytes per step and the real saving against 4-byte dense values."""
+    task = Quadratic(n_params, seed, dtype=torch.float32)
+    dense = n_params * 4
+    rows = [{"encoding": "seed's estimate (1-byte index)", "bytes per step": k * 5, "saving": dense / (k * 5)}]
+    for enc in ENCODINGS:
+        h = simulate(task, TopK(k=k, index=enc), workers=1, steps=steps, lr=lr, batch=None,
+                     progress=False, eval_every=steps, device="cpu")
+        per_step = h.total_bytes / h.steps
+        rows.append({"encoding": enc, "bytes per step": per_step, "saving": dense / per_step,
+                     "final error": h.final("error")})
+    return rows
+
+
+def contraction(tensor: torch.Tensor, k: int) -> tuple[float, float]:
+    """(||x - topk(x)||^2, (1 - k/d) ||x||^2): Top-K is a k-contraction, the property the
+    convergence proof of Stich et al. (2018) needs; the first is never above the second."""
+    x = check_grad(tensor).reshape(-1).double()
+    k = check_k(k, x.numel())
+    comp = TopK(k=k)
+    left = float((x - comp.decompress(comp.compress(x))).pow(2).sum())
+    return left, (1 - k / x.numel()) * float(x.pow(2).sum())
+
+
+@contextlib.contextmanager
+def _one_thread():
+    # The digits model is tiny: a second thread only adds synchronisation, which costs a
+    # lot when the cores are shared. Restored afterwards.
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def compare_feedback(task: Task | None = None, ratio: float = 0.01, workers: int = 16, steps: int = 300,
+                     lr: float = 0.1, seed: int = 0, progress: bool = True) -> dict[str, History]:
+    """Dense SGD, Top-K with the ledger and Top-K without it, on `task` (the digits
+    classifier by default) with `workers` simulated workers: same data, same steps."""
+    task = task if task is not None else Digits()
+    run = dict(workers=workers, steps=steps, lr=lr, seed=seed, progress=progress)
+    with _one_thread():
+        return {"dense": simulate(task, None, **run),
+                "Top-K + ledger": simulate(task, TopK(ratio), error_feedback=True, **run),
+                "Top-K, no ledger": simulate(task, TopK(ratio), error_feedback=False, **run)}

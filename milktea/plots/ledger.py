@@ -1,0 +1,77 @@
+"""Figures for chapter 04: the ledger night by night, and training with and without it."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..experiments.ledger import LedgerTrace
+from .bottleneck import _ax
+
+
+def ledger_night(trace: LedgerTrace, t: int, axes, item: str = "ice"):
+    """Left: night t's list to choose from (ledger + new), the chosen items in colour and
+    the ledger carried over; right: running totals of `item` heard by head office, with
+    and without the ledger, against the truth."""
+    ax0, ax1 = axes
+    night = trace.night(t)
+    x = np.arange(len(trace.items))
+    total = night["to choose from"]
+    chosen = night["read out"] != 0
+    ax0.bar(x - 0.27, night["ledger before"], width=0.27, color="wheat", label="in the ledger")
+    ax0.bar(x, night["new"], width=0.27, color="lightgray", label="new tonight")
+    ax0.bar(x + 0.27, total, width=0.27, color=np.where(chosen, "tab:red", "white"), edgecolor="black",
+            lw=0.6, label="sum (red: read out)")
+    ax0.axhline(0, color="black", lw=0.5)
+    ax0.set_xticks(x, trace.items)
+    lim = np.abs(np.concatenate([trace.before + trace.grads, trace.grads])).max() * 1.15
+    ax0.set_ylim(-lim, lim)
+    ax0.legend(fontsize=7, loc="lower left", ncol=3)
+    ax0.set_title(f"night {t + 1}: read out the {trace.k} largest sums", fontsize=10)
+    nights = np.arange(1, t + 2)
+    ax1.plot(nights, trace.truth(item)[:t + 1], "k-", label="the truth")
+    ax1.plot(nights, trace.delivered(item)[:t + 1], "o-", color="tab:blue", label="heard, with ledger")
+    ax1.plot(nights, trace.delivered(item, ledger=False)[:t + 1], "s--", color="tab:gray",
+             label="heard, no ledger")
+    ax1.set_xlim(0.5, trace.nights + 0.5)
+    lo = min(0, trace.truth(item).min(), trace.delivered(item).min()) * 1.1
+    ax1.set_ylim(lo, max(trace.truth(item).max(), trace.delivered(item).max()) * 1.1 + 1e-9)
+    ax1.set_xlabel("night")
+    ax1.set_title(f"running total for '{item}'", fontsize=10)
+    ax1.legend(fontsize=8, loc="upper left")
+    return axes
+
+
+def seed_curves(demo, ax=None):
+    """The seed's demo: distance to the optimum ||w - w*|| per step for dense SGD, Top-K
+    with the ledger and Top-K without it."""
+    ax = _ax(ax, (6, 3.8))
+    for h, label, style in ((demo.dense, "dense", "k-"), (demo.topk_ef, "Top-K + ledger", "-"),
+                            (demo.topk, "Top-K, no ledger", "--")):
+        err = np.sqrt(2 * np.asarray(h.loss))
+        ax.plot(np.arange(len(err)), err, style, label=label)
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("||w - w*||")
+    ax.legend(fontsize=8)
+    ax.set_title("the seed's toy: 1000 parameters, keep 100 a step", fontsize=10)
+    return ax
+
+
+def feedback_runs(runs: dict, axes=None):
+    """Held-out accuracy and training loss against steps for each run."""
+    if axes is None:
+        import matplotlib.pyplot as plt
+        _, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax0, ax1 = axes
+    styles = {"dense": "k-", "Top-K + ledger": "-", "Top-K, no ledger": "--"}
+    for name, h in runs.items():
+        ax0.plot(h.eval_steps, h.evals["accuracy"], styles.get(name, "-"), label=name)
+        ax1.plot(np.arange(1, h.steps + 1), h.loss, styles.get(name, "-"), label=name, lw=0.8)
+    ax0.set_xlabel("step")
+    ax0.set_ylabel("held-out accuracy")
+    ax0.legend(fontsize=8)
+    ax1.set_yscale("log")
+    ax1.set_xlabel("step")
+    ax1.set_ylabel("training loss (minibatch)")
+    h = next(iter(runs.values()))
+    ax0.set_title(f"digits, {h.workers} simulated workers", fontsize=10)
+    return axes

@@ -1,0 +1,33 @@
+"""View for chapter 04: the old ledger, night by night."""
+from __future__ import annotations
+
+import ipywidgets as w
+
+from ..experiments.ledger import ledger_trace, shop_adjustments
+from ..plots.ledger import ledger_night
+from .panel import slider_style, table, view
+
+
+def ledger_view(nights: int = 12, k: int = 2, item: str = "ice") -> w.VBox:
+    """Step through one branch's nights: what was new, what the ledger held, which items
+    were read out, and how the small steady `item` piles up until it is read
+    (milktea.experiments.ledger.ledger_trace, i.e. milktea.ErrorFeedback)."""
+    s = slider_style()
+    adjustments = shop_adjustments(nights)
+    controls = {"night": w.IntSlider(value=1, min=1, max=nights, description="night", **s),
+                "k": w.IntSlider(value=k, min=1, max=len(adjustments[0]) - 1, description="items read out (K)", **s)}
+
+    def update(night, k):
+        tr = ledger_trace(adjustments, k=k)
+        t = night - 1
+        col = tr.items.index(item)
+        info = tr.night(t)
+        html = table([("read out tonight", ", ".join(info["chosen"])),
+                      (f"'{item}' in the ledger after tonight", f"{tr.after[t, col]:+.2f}"),
+                      (f"'{item}' heard so far, with the ledger", f"{tr.delivered(item)[t]:+.2f}"),
+                      (f"'{item}' heard so far, without", f"{tr.delivered(item, False)[t]:+.2f}"),
+                      (f"'{item}' in truth", f"{tr.truth(item)[t]:+.2f}")])
+        return html, lambda fig: ledger_night(tr, t, fig.subplots(1, 2), item=item)
+
+    return view(controls, update, figsize=(10, 3.6), title="The old ledger",
+                margins=dict(left=0.05, right=0.98, bottom=0.14, top=0.91, wspace=0.15))
