@@ -61,7 +61,8 @@ def test_live_run_streams_records_and_tables():
 def test_dashboard_redraws_while_training():
     pytest.importorskip("milktea.dist.compare")
     from milktea.widgets.dashboard import Dashboard
-    d = Dashboard(["dense", "sign"], steps=6, hidden=64, redraw_s=0.05)
+    # a slow link and a few hundred kB per step: the run lasts long enough to be watched
+    d = Dashboard(["dense", "sign"], steps=20, hidden=1024, link_gbit=0.1, redraw_s=0.05)
     draws = []
     original = d._draw
 
@@ -76,5 +77,5 @@ def test_dashboard_redraws_while_training():
     assert "2 schemes trained" in d.header.value
     assert d.whatif_out.outputs != before         # the what-if view now re-prices the run
     old = d.whatif_out.outputs
-    d.whatif.value = 0.1
+    d.whatif.value = 10.0
     assert d.whatif_out.outputs != old
