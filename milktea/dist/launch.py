@@ -218,7 +218,10 @@ def launch(fn: Callable, nprocs: int = 2, args: tuple = (), kwargs: dict | None 
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         # in the environment from the interpreter's start: torch reads some of it at import
-        start_env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **child_env}
+        # NUMBA_NUM_THREADS too: numba's OpenMP threads otherwise spin after every kernel and
+        # slow torch's backward several times over
+        start_env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+                     "NUMBA_NUM_THREADS": str(threads), **child_env}
         with _environ(start_env):
             for rank in range(nprocs):
                 parent_end, child_end = ctx.Pipe(duplex=False)
@@ -234,7 +237,9 @@ def launch(fn: Callable, nprocs: int = 2, args: tuple = (), kwargs: dict | None 
             handles = [conns[r] for r in live] + [procs[r].sentinel for r in live]
             for h in mpc.wait(handles, timeout=wait_s):
                 rank = (conns.index(h) if h in conns
-                        else next(r for r in live if procs[r].sentinel == h))
+                        else next((r for r in live if procs[r].sentinel == h), None))
+                if rank is None:   # a sentinel of a rank whose result was read earlier in this batch
+                    continue
                 failure = _drain(rank, conns[rank], out, on_message, live)
                 if failure is None and rank in live and not procs[rank].is_alive():
                     failure = _drain(rank, conns[rank], out, on_message, live)

@@ -1,0 +1,204 @@
+"""Which way to send the gradient on *your* cluster: a decision guide from your numbers.
+
+    >>> free = {name: 0.0 for name in CODEC_NAMES}     # an ideal codec; "measure" times yours
+    >>> advise(params=25e6, workers=8, gbit=100, compute_s=0.2, codec_ns=free).choice
+    'dense'
+    >>> advise(params=1.3e9, workers=16, gbit=10, compute_s=0.5, codec_ns=free).choice
+    'powersgd'
+
+Every scheme is priced with the alpha-beta cost model (milktea.cost): its real wire
+ratio, the collective it can use (summable packets all-reduce; sparse and quantized
+packets must be all-gathered, which grows with the number of workers), and the time its
+codec adds per step. The guide then picks the *simplest* scheme within `tolerance` of the
+fastest, because a simpler scheme has fewer ways to hurt convergence.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from . import cost
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to send the gradient.
+
+    ratio: fp32 bytes / wire bytes. collective: "allreduce" or "allgather".
+    codec_ns: nanoseconds of compress + decode per parameter (0: free).
+    complexity: 0 (nothing to tune) .. 4 (biased, needs error feedback and care).
+    needs: what it takes to converge like dense SGD.
+    """
+    name: str
+    ratio: float
+    collective: str
+    codec_ns: float
+    complexity: int
+    needs: str
+
+
+CODEC_NAMES = ("bf16", "powersgd", "int8", "topk1%+EF", "topk1%+int8+EF", "sign+EF")
+
+
+def options(codec_ns: dict, width: int = 4096, powersgd_rank: int = 4) -> list[Option]:
+    """The menu, with wire ratios from milktea's packets. `codec_ns`: the codec cost per
+    parameter in nanoseconds for every name in CODEC_NAMES (see `measure_codecs`).
+    `width`: the typical width of a weight matrix (PowerSGD's ratio is about
+    width / (2 rank) for square layers)."""
+    if not isinstance(codec_ns, dict) or set(CODEC_NAMES) - set(codec_ns):
+        raise ValueError(f"codec_ns must give nanoseconds per parameter for each of {CODEC_NAMES} "
+                         f"(measure_codecs() measures them here), got {codec_ns!r}")
+    ns = dict(codec_ns, dense=0.0)
+    # wire ratios of milktea's packets on large tensors: values + 1-byte delta indices for
+    # Top-K at 1% (4+1 bytes per kept entry, 1+1 with int8 values and a few scales),
+    # 1 byte + a float32 scale per 1024 for int8, 1 bit + one scale for sign
+    return [
+        Option("dense", 1.0, "allreduce", ns["dense"], 0, "nothing"),
+        Option("bf16", 2.0, "allreduce", ns["bf16"], 1, "nothing in practice (bf16 keeps fp32's range)"),
+        Option("powersgd", max(1.0, width / (2 * powersgd_rank)), "allreduce", ns["powersgd"], 3,
+               "error feedback, a few dense warm-up steps, a rank tuned to the model"),
+        Option("int8", 4 / (1 + 4 / 1024), "allgather", ns["int8"], 2, "a chunk size (e.g. 1024) for the scales"),
+        Option("topk1%+EF", 100 * 4 / 5, "allgather", ns["topk1%+EF"], 4,
+               "error feedback, warm-up, dense biases and norms"),
+        Option("topk1%+int8+EF", 100 * 4 / 2.05, "allgather", ns["topk1%+int8+EF"], 4,
+               "error feedback, warm-up, dense biases and norms"),
+        Option("sign+EF", 32.0, "allgather", ns["sign+EF"], 4,
+               "error feedback (without it sign SGD stalls), a tuned learning rate"),
+    ]
+
+
+@dataclass
+class Advice:
+    """The priced menu and the choice, with the reasons in words."""
+    rows: list[dict]
+    choice: str
+    reasons: list[str]
+    dense_comm_share: float
+    ceiling: float                    # best possible speedup: (compute + dense comm) / compute
+    situation: dict = field(default_factory=dict)
+
+    def table(self) -> list[dict]:
+        return self.rows
+
+    def _repr_markdown_(self) -> str:
+        from .experiments.tables import markdown_table
+        head = f"**Choice: `{self.choice}`**\n\n" + "\n".join(f"- {r}" for r in self.reasons)
+        return head + "\n\n" + markdown_table(self.rows)
+
+    def __repr__(self) -> str:
+        return f"Advice(choice={self.choice!r}, dense comm share {self.dense_comm_share:.0%}, " \
+               f"ceiling {self.ceiling:.2f}x)"
+
+
+def _positive(name, v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise ValueError(f"{name} must be a number > 0, got {v!r}")
+    return float(v)
+
+
+def advise(params: float, workers: int, gbit: float, compute_s: float, *, latency_us: float = 50.0,
+           overlap: bool = True, buckets: int = 8, width: int = 4096, powersgd_rank: int = 4,
+           codec_ns: dict | str = "measure", tolerance: float = 0.1, small_share: float = 0.1) -> Advice:
+    """Price every option for your cluster and pick one.
+
+    params: model parameters. workers: data-parallel ranks. gbit: each rank's link, Gbit/s.
+    compute_s: forward + backward seconds per step. codec_ns: nanoseconds per parameter of
+    each codec ("measure": time them on this machine once). overlap/buckets: DDP-style bucketed
+    overlap (cost.iteration_time). tolerance: take the simplest option within this share of
+    the fastest. small_share: if dense communication is below this share of the step, do
+    not compress at all.
+    """
+    params, gbit, compute_s = _positive("params", params), _positive("gbit", gbit), _positive("compute_s", compute_s)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 2:
+        raise ValueError(f"workers must be an int >= 2 (one worker has nothing to exchange), got {workers!r}")
+    link = cost.Link.gbit(gbit, latency_us * 1e-6)
+    nbytes = cost.gradient_bytes(params)
+    rows = []
+    if isinstance(codec_ns, str):
+        if codec_ns != "measure":
+            raise ValueError(f"codec_ns must be a dict or 'measure', got {codec_ns!r}")
+        codec_ns = measured_codecs()
+    for o in options(codec_ns, width, powersgd_rank):
+        comm = cost.comm_time(nbytes / o.ratio, workers, link, o.collective)
+        codec = o.codec_ns * 1e-9 * params
+        step = cost.iteration_time(compute_s + codec, comm, overlap=overlap, buckets=buckets if overlap else None)
+        rows.append({"scheme": o.name, "collective": o.collective, "R": o.ratio,
+                     "MB per worker": nbytes / o.ratio / 1e6, "comm s": comm, "codec s": codec,
+                     "step s": step, "complexity": o.complexity, "needs": o.needs})
+    dense = rows[0]
+    for r in rows:
+        r["speedup"] = dense["step s"] / r["step s"]
+    share = dense["comm s"] / (compute_s + dense["comm s"])
+    ceiling = (compute_s + dense["comm s"]) / compute_s
+    best = min(rows, key=lambda r: r["step s"])
+    reasons = [f"dense all-reduce: {dense['comm s']:.3g} s of communication against {compute_s:.3g} s of "
+               f"compute ({share:.0%} of a serial step); no scheme can beat {ceiling:.2f}x"]
+    if share < small_share:
+        choice = "dense"
+        reasons.append(f"communication is under {small_share:.0%} of the step: compression cannot pay for "
+                       "its risk; keep dense all-reduce with bucketed overlap")
+    else:
+        fine = [r for r in rows if r["step s"] <= best["step s"] * (1 + tolerance)]
+        pick = min(fine, key=lambda r: (r["complexity"], r["step s"]))
+        choice = pick["scheme"]
+        reasons.append(f"fastest: {best['scheme']} at {best['step s']:.3g} s per step ({best['speedup']:.2f}x)")
+        if pick is not best:
+            reasons.append(f"{choice} is within {tolerance:.0%} of it ({pick['step s']:.3g} s) and simpler")
+        reasons.append(f"{choice} needs: {pick['needs']}")
+        gathers = [r for r in rows if r["collective"] == "allgather" and r["speedup"] < 1]
+        if gathers:
+            reasons.append(f"slower than dense here: {', '.join(r['scheme'] for r in gathers)} (all-gathered "
+                           f"packets grow with the {workers} workers, or the codec costs more than it saves)")
+    return Advice(rows, choice, reasons, share, ceiling,
+                  dict(params=params, workers=workers, gbit=gbit, compute_s=compute_s, latency_us=latency_us,
+                       overlap=overlap, buckets=buckets))
+
+
+# Bytes each codec moves through memory per parameter, compress and decode together, for
+# kernels that stream the fp32 gradient (a modelling assumption for GPUs, where these codecs
+# are memory-bound): read it to find the scale or threshold, read it again to encode, write
+# the payload; decode writes the fp32 result (sparse: zero-fill, then scatter).
+BYTES_MOVED = {"bf16": 4 + 2 + 2 + 4, "powersgd": 4 + 4 + 4, "int8": 4 + 4 + 1 + 1 + 4,
+               "topk1%+EF": 4 + 4 + 4 + 4, "topk1%+int8+EF": 4 + 4 + 4 + 4 + 2, "sign+EF": 4 + 4 + 0.25 + 4}
+
+
+def memory_bound_codecs(mem_gbps: float = 2000.0) -> dict:
+    """Codec nanoseconds per parameter on a device with `mem_gbps` GB/s of memory bandwidth,
+    assuming memory-bound kernels that move BYTES_MOVED bytes per parameter.
+
+    >>> round(memory_bound_codecs(2000)["topk1%+EF"], 4)    # 16 bytes at 2 TB/s
+    0.008
+    """
+    mem_gbps = _positive("mem_gbps", mem_gbps)
+    return {name: b / mem_gbps for name, b in BYTES_MOVED.items()}
+
+
+_MEASURED: dict = {}
+
+
+def measured_codecs() -> dict:
+    """measure_codecs(), once per process."""
+    if not _MEASURED:
+        _MEASURED.update(measure_codecs())
+    return dict(_MEASURED)
+
+
+def measure_codecs(numel: int = 1_000_000, repeats: int = 3) -> dict:
+    """Your machine's codec cost in nanoseconds per parameter (compress + decode), by option
+    name, measured on a `numel`-entry random gradient."""
+    import torch
+    from .compressors import Cast, Chain, Quantize, Sign, TopK, PowerSGD
+    from .experiments.engineering import codec_seconds
+    side = int(math.isqrt(numel))
+    comps = {"bf16": Cast(torch.bfloat16), "int8": Quantize(8), "topk1%+EF": TopK(0.01),
+             "topk1%+int8+EF": Chain(TopK(0.01), Quantize(8)), "sign+EF": Sign()}
+    out = {name: 1e9 * codec_seconds(c, numel, repeats) / numel for name, c in comps.items()}
+    ps = PowerSGD(rank=4)
+    m = torch.randn(side, side)
+    ps.decompress(ps.compress(m))
+    import time
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        ps.decompress(ps.compress(m))
+    out["powersgd"] = 1e9 * (time.perf_counter() - t0) / repeats / m.numel()
+    return out

@@ -1,0 +1,210 @@
+"""The head-office dashboard's data: a real multi-worker run of several schemes whose
+per-step records stream to the notebook while it trains, the pipeline's stage times, and
+the evaluation table.
+
+    rec = Recorder(batch=32, workers=2)
+    result = live_run(["dense", "torch-fp16", "sign"], on_record=rec, steps=20)
+    rec.series["dense all-reduce"]["throughput"]     # samples per second, one per step
+    evaluation(result)                               # speed, bytes, accuracy, complexity
+
+`live_run` launches the same worker as `milktea.dist.compare` (calibration, compute
+profile, then every scheme in turn) with a message channel of its own, so each step's
+record reaches `on_record` while the workers go on training.
+"""
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .. import cost
+
+# How much a scheme asks of its user: (score 0..4, what it takes)
+COMPLEXITY = {
+    "dense": (0, "nothing"),
+    "torch-fp16": (1, "one line; fp16 range"), "torch-bf16": (1, "one line"), "fp16": (1, "fp16 range"),
+    "bf16": (1, "nothing"),
+    "int8": (2, "chunk size"), "int4": (2, "chunk size, stochastic rounding"), "qsgd": (2, "levels"),
+    "terngrad": (2, "nothing"),
+    "torch-powersgd": (3, "rank, warm-up"), "torch-batched-powersgd": (3, "rank, warm-up"),
+    "powersgd": (3, "rank, error feedback"),
+    "topk": (4, "ratio, error feedback, warm-up"), "topk-approx": (4, "ratio, error feedback, warm-up"),
+    "topk-int8": (4, "ratio, error feedback, warm-up"), "randomk": (4, "ratio, error feedback"),
+    "sign": (4, "error feedback, learning rate"), "auto": (4, "a calibrated link model"),
+}
+
+
+@dataclass
+class Recorder:
+    """Per-scheme curves built from records as they arrive: throughput (samples/s over all
+    workers), step latency (ms), bytes on the wire (cumulative MB per worker), loss."""
+    batch: int
+    workers: int
+    series: dict = field(default_factory=dict)
+    current: str = ""
+    steps: int = 0
+    done: list = field(default_factory=list)
+    updates: int = 0
+    started: float = field(default_factory=time.perf_counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def __call__(self, rank: int, msg) -> None:
+        """The on_message callback of milktea.dist.launch (rank 0's messages)."""
+        with self._lock:
+            self._take(msg)
+
+    def snapshot(self) -> tuple[dict, str]:
+        """(a copy of the series, the status line), safe to read while records arrive."""
+        with self._lock:
+            return copy.deepcopy(self.series), self.status
+
+    def _take(self, msg) -> None:
+        kind = msg[0]
+        if kind == "start":                    # ("start", what, total steps over all schemes)
+            self.steps = msg[-1]
+        elif kind == "step":
+            self.add(msg[1])
+        elif kind == "done":
+            self.done = list(self.series)
+        self.updates += 1
+
+    def add(self, rec: dict) -> None:
+        label = rec.get("label", rec.get("scheme", "?"))
+        self.current = label
+        s = self.series.setdefault(label, {k: [] for k in ("step", "throughput", "latency_ms", "wire_mb", "loss")})
+        s["step"].append(rec["step"] + 1)
+        s["latency_ms"].append(1e3 * rec["step_s"])
+        s["throughput"].append(self.batch * self.workers / rec["step_s"] if rec["step_s"] > 0 else float("nan"))
+        prev = s["wire_mb"][-1] if s["wire_mb"] else 0.0
+        s["wire_mb"].append(prev + rec.get("wire_bytes", 0.0) / 1e6)
+        s["loss"].append(rec["loss"])
+
+    @property
+    def status(self) -> str:
+        if not self.series:
+            return "waiting for the workers (starting processes, calibrating the link, timing compute)"
+        seen = sum(len(s["step"]) for s in self.series.values())
+        took = time.perf_counter() - self.started
+        if self.done:
+            return f"{len(self.done)} schemes done, {seen} steps in {took:.0f} s"
+        return (f"{seen} of {self.steps or '?'} steps, {len(self.series)} schemes so far, latest: "
+                f"<b>{self.current}</b>; {took:.0f} s since start")
+
+
+def live_run(names, on_record=None, *, workers: int = 2, link_gbit: float | None = 1.0, latency_us: float = 50.0,
+             steps: int = 20, hidden: int = 16384, batch: int = 32, lr: float = 0.05, momentum: float = 0.9,
+             ratio: float = 0.01, powersgd_rank: int = 4, seed: int = 0, interleave: bool | None = None,
+             timeout: float | None = None):
+    """Train every scheme in `names` on `workers` local ranks over an emulated link (None:
+    loopback), calling `on_record(rank, message)` with each message rank 0 sends while it
+    trains; return the same `milktea.dist.report.Comparison` as `compare`. With `interleave`
+    (the default when the models fit in memory) the schemes take turns step by step, so
+    every curve grows at once and all of them see the same load."""
+    from ..dist import schemes
+    from ..dist.calibrate import DEFAULT_SIZES
+    from ..dist.compare import _worker, fits_in_memory
+    from ..dist.launch import launch
+    from ..dist.report import Comparison, predict_step
+    from ..dist.train import TrainConfig
+    from ..tasks import Digits
+    names = list(names)
+    for n in names:
+        if n not in schemes.SCHEMES:
+            raise ValueError(f"unknown scheme {n!r}; choose from {', '.join(schemes.SCHEMES)}")
+    if len(set(names)) != len(names) or not names:
+        raise ValueError(f"give each scheme once (and at least one), got {names}")
+    cfg = dict(steps=steps, hidden=hidden, batch=batch, lr=lr, momentum=momentum, ratio=ratio,
+               powersgd_rank=powersgd_rank, seed=seed)
+    TrainConfig(**cfg)
+    if interleave is None:
+        interleave = fits_in_memory(len(names), Digits.features * hidden + hidden * 11 + 10, workers)
+    out = launch(_worker, workers, (cfg, names, link_gbit, latency_us, list(DEFAULT_SIZES), interleave),
+                 on_message=on_record, timeout=timeout)
+    model_link = cost.Link(*out["model_link"])
+    for res in out["results"]:
+        for rec in res.get("records", []):
+            rec["predicted_s"] = predict_step(rec.get("compute", out["compute"]), rec, model_link, workers)
+    where = (f"emulated {link_gbit:g} Gbit/s link, {latency_us:g} us latency" if link_gbit
+             else "the real link as it is (loopback)")
+    where += ", schemes interleaved step by step" if out["interleaved"] else ", one scheme after another"
+    return Comparison(out["results"], model_link, out["compute"], where, workers, out["backend"], cfg)
+
+
+def evaluation(comparison) -> list[dict]:
+    """The multi-scheme table: speed, bytes, accuracy and what each scheme asks of you."""
+    rows = []
+    for r in comparison.rows:
+        if "error" in r:
+            rows.append({"scheme": r["label"], "step ms": float("nan"), "note": r["error"][:60]})
+            continue
+        score, needs = COMPLEXITY.get(r["scheme"], (None, ""))
+        rows.append({"scheme": r["label"], "step ms": r["step_ms"], "speedup": r.get("speedup", float("nan")),
+                     "MB per step": r["payload_mb"], "R": r["ratio"], "test accuracy": r["accuracy"],
+                     "complexity": score, "needs": needs})
+    return rows
+
+
+def repriced(comparison, gbit: float, latency: float | None = None) -> list[dict]:
+    """Each scheme's step time and throughput if the same run had a `gbit` link: measured
+    compute and codec time, the collectives it issued priced by the cost model."""
+    from ..dist.report import predict_step
+    latency = comparison.model_link.latency if latency is None else latency
+    link = cost.Link.gbit(gbit, latency)
+    batch = comparison.config["batch"] * comparison.workers
+    rows = []
+    for res in comparison.results:
+        if "records" not in res:
+            continue
+        recs = res["records"][comparison.skip:] or res["records"]
+        t = sorted(predict_step(r.get("compute", comparison.compute), r, link, comparison.workers)
+                   for r in recs)[len(recs) // 2]
+        rows.append({"scheme": res["label"], "step ms": 1e3 * t, "samples/s": batch / t})
+    dense = next((r["step ms"] for r in rows if r["scheme"].startswith("dense")), None)
+    for r in rows:
+        r["speedup"] = dense / r["step ms"] if dense else float("nan")
+    return rows
+
+
+STAGES = ("compute", "compress", "encode", "communicate", "decode", "update")
+
+
+def stage_times(comparison, scheme: str, compressor=None, repeats: int = 3) -> list[dict]:
+    """One step of `scheme` through the six stages. compute/communicate/update come from the
+    real run (its compute profile; its mean time inside collectives); compress, encode and
+    decode are timed here in this process on a gradient of the model's size with
+    `compressor` (None: a dense step, which has no codec stages)."""
+    from ..packet import Packet
+    res = next((r for r in comparison.results if r.get("scheme") == scheme and "records" in r), None)
+    if res is None:
+        raise ValueError(f"no finished run of {scheme!r} in this comparison")
+    recs = res["records"][comparison.skip:] or res["records"]
+    mean = lambda k: sum(r.get(k, 0.0) for r in recs) / len(recs)   # noqa: E731
+    c = comparison.compute
+    numel = res["params"]
+    dense_bytes = 4 * numel
+    stages = {"compute": (c["forward_s"] + c["backward_s"], dense_bytes), "update": (c["optimizer_s"], dense_bytes)}
+    wire = mean("payload_bytes")
+    stages["communicate"] = (mean("comm_s"), wire)
+    if compressor is None:
+        stages.update(compress=(0.0, dense_bytes), encode=(0.0, dense_bytes), decode=(0.0, dense_bytes))
+    else:
+        x = torch.randn(numel, generator=torch.Generator().manual_seed(0))
+        compressor.decompress(compressor.compress(x))          # warm-up
+        t = {"compress": [], "encode": [], "decode": []}
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            p = compressor.compress(x)
+            t1 = time.perf_counter()
+            data = p.to_tensor()
+            t2 = time.perf_counter()
+            compressor.decompress(Packet.from_tensor(data))
+            t3 = time.perf_counter()
+            for k, dt in zip(t, (t1 - t0, t2 - t1, t3 - t2)):
+                t[k].append(dt)
+        med = {k: sorted(v)[len(v) // 2] for k, v in t.items()}
+        stages.update(compress=(med["compress"], p.payload_nbytes), encode=(med["encode"], data.numel()),
+                      decode=(med["decode"] * comparison.workers, dense_bytes))
+    return [{"stage": s, "seconds": stages[s][0], "bytes": stages[s][1]} for s in STAGES]

@@ -1,0 +1,321 @@
+"""Engineering measurements: bucketed overlap predicted by the cost model, index encodings
+measured in bytes, gradient accumulation, and where compression stops paying.
+
+    >>> prof = Profile.uniform(layers=8, params_per_layer=1_000_000, backward_s=0.08)
+    >>> tl = predict_timeline(prof, bucket_mb=8, link=cost.Link.gbit(10), workers=8, forward_s=0.04)
+    >>> tl.total < tl.serial                     # overlap hides part of the communication
+    True
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .. import cost
+from .. import index as index_codec
+from ..checks import check_grad, check_positive_int, check_ratio
+from ..compressors import Compressor, TopK
+
+
+@dataclass
+class Profile:
+    """A model as the backward pass sees it: per-parameter-tensor element counts and seconds
+    of backward compute, in the order backward produces them (last layer first)."""
+    params: list[int]
+    backward_s: list[float]
+    bytes_per_param: int = 4
+
+    def __post_init__(self):
+        if len(self.params) != len(self.backward_s) or not self.params:
+            raise ValueError(f"need one backward time per tensor (>= 1), got {len(self.params)} and "
+                             f"{len(self.backward_s)}")
+        if any(p < 1 for p in self.params) or any(not t >= 0 for t in self.backward_s):
+            raise ValueError("params must be >= 1 and backward times >= 0")
+
+    @classmethod
+    def uniform(cls, layers: int, params_per_layer: int, backward_s: float) -> "Profile":
+        """`layers` equal tensors sharing `backward_s` seconds of backward."""
+        check_positive_int(layers, "layers"), check_positive_int(params_per_layer, "params_per_layer")
+        return cls([params_per_layer] * layers, [backward_s / layers] * layers)
+
+    @property
+    def total_params(self) -> int:
+        return sum(self.params)
+
+    @property
+    def total_backward(self) -> float:
+        return sum(self.backward_s)
+
+
+def buckets(profile: Profile, bucket_mb: float) -> list[tuple[int, float]]:
+    """Group tensors into buckets in backward order, as DDP does: a bucket closes once it
+    holds at least `bucket_mb` MB. Returns (bytes, backward seconds) per bucket."""
+    if not bucket_mb > 0:
+        raise ValueError(f"bucket_mb must be > 0, got {bucket_mb}")
+    cap = bucket_mb * 1024 * 1024
+    out, nbytes, secs = [], 0, 0.0
+    for p, t in zip(profile.params, profile.backward_s):
+        nbytes += p * profile.bytes_per_param
+        secs += t
+        if nbytes >= cap:
+            out.append((nbytes, secs))
+            nbytes, secs = 0, 0.0
+    if nbytes:
+        out.append((nbytes, secs))
+    return out
+
+
+def predict_timeline(profile: Profile, bucket_mb: float, link: cost.Link, workers: int,
+                     forward_s: float = 0.0, ratio: float = 1.0, collective: str = "allreduce") -> cost.Timeline:
+    """The cost model's Gantt chart of one step: forward, then the buckets' backward, each
+    bucket's exchange (bytes / `ratio`) starting when it is ready and the link is free."""
+    if not ratio >= 1:
+        raise ValueError(f"ratio (compression ratio R) must be >= 1, got {ratio}")
+    bs = buckets(profile, bucket_mb)
+    comm = [cost.comm_time(b / ratio, workers, link, collective) for b, _ in bs]
+    return cost.overlapped_timeline([t for _, t in bs], comm, forward=forward_s)
+
+
+def bucket_sweep(profile: Profile, link: cost.Link, workers: int, forward_s: float = 0.0,
+                 sizes_mb=(0.25, 0.5, 1, 2, 4, 8, 16, 25, 50, 100, 200, 400)) -> list[dict]:
+    """Predicted step time for each bucket size: too small pays the per-message latency many
+    times, too large leaves nothing to overlap."""
+    rows = []
+    for mb in sizes_mb:
+        tl = predict_timeline(profile, mb, link, workers, forward_s)
+        rows.append({"bucket MB": mb, "buckets": len(tl.comm), "step s": tl.total,
+                     "exposed comm s": tl.exposed_comm, "serial s": tl.serial})
+    return rows
+
+
+def median_step(steps: list[dict], skip: int = 1) -> dict:
+    """The step (as the overlap probe records it) with the median duration, after `skip`
+    warm-up steps."""
+    rest = steps[skip:] or steps
+    if not rest:
+        raise ValueError("no measured steps")
+    return sorted(rest, key=lambda s: s["end"] - s["forward"][0])[len(rest) // 2]
+
+
+def measured_timeline(step: dict) -> cost.Timeline:
+    """A Timeline from one measured step: forward start/end, and per bucket when its gradient
+    was ready and when its exchange ended. The link serves buckets in order, so an exchange
+    starts at max(ready, end of the previous one)."""
+    t0 = step["forward"][0]
+    fwd = (0.0, step["forward"][1] - t0)
+    back, comm, prev, link_free = [], [], fwd[1], 0.0
+    for ready, done in step["buckets"]:
+        r, d = ready - t0, done - t0
+        back.append((prev, r))
+        start = max(r, link_free)
+        comm.append((start, d))
+        prev, link_free = r, d
+    serial = fwd[1] + sum(e - s for s, e in back) + sum(e - s for s, e in comm)
+    return cost.Timeline(fwd, back, comm, step["end"] - t0, serial=serial)
+
+
+def predict_from_probe(step: dict, link: cost.Link, workers: int, merge: bool = False,
+                       ratio: float = 1.0) -> cost.Timeline:
+    """The cost model's timeline for a measured compute-only step: its forward time and each
+    bucket's backward time, with each bucket's all-reduce priced on `link` (bytes / `ratio`).
+    `merge=True` predicts the same model sent as one bucket (no overlap)."""
+    t0, t1 = step["forward"]
+    readies = [r for r, _ in step["buckets"]]
+    back = [b - a for a, b in zip([t1] + readies[:-1], readies)]
+    sizes = list(step["bytes"])
+    if merge:
+        back, sizes = [sum(back)], [sum(sizes)]
+    comm = [cost.ring_allreduce_time(b / ratio, workers, link) for b in sizes]
+    return cost.overlapped_timeline(back, comm, forward=t1 - t0)
+
+
+# --- index encodings ------------------------------------------------------------------------
+
+def block_topk(x: torch.Tensor, ratio: float, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block-sparse selection: keep the ceil(ratio n / block) blocks of `block` consecutive
+    entries with the largest norms. Returns (sorted block ids, the flat indices they cover)."""
+    x = check_grad(x, "x").reshape(-1)
+    check_ratio(ratio), check_positive_int(block, "block")
+    n = x.numel()
+    nblocks = (n + block - 1) // block
+    pad = torch.nn.functional.pad(x.float(), (0, nblocks * block - n))
+    norms = pad.view(nblocks, block).pow(2).sum(1)
+    keep = max(1, min(nblocks, math.ceil(ratio * n / block)))
+    ids = norms.topk(keep).indices.sort().values
+    flat = (ids[:, None] * block + torch.arange(block)).reshape(-1)
+    return ids, flat[flat < n]
+
+
+def index_costs(x: torch.Tensor, ratios=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3), block: int = 32) -> list[dict]:
+    """Index bytes per kept entry for Top-K's positions in each encoding (exact sizes from
+    milktea.index), and for block-sparse selection (block ids, delta-encoded), with the share
+    of the gradient's squared norm each selection keeps."""
+    x = check_grad(x, "x").reshape(-1).float()
+    n, norm2 = x.numel(), float(x.pow(2).sum())
+    rows = []
+    for r in ratios:
+        idx = TopK(r).select(x)
+        k = idx.numel()
+        s = index_codec.sizes(idx, n)
+        ids, flat = block_topk(x, r, block)
+        _, enc = index_codec.encode(ids, (n + block - 1) // block)
+        row = {"ratio": r, "k": k, **{f"{e} B/entry": s[e] / k for e in index_codec.ENCODINGS},
+               f"block{block} B/entry": enc.numel() / flat.numel(),
+               "top-k norm kept": float(x[idx].pow(2).sum()) / norm2,
+               f"block{block} norm kept": float(x[flat].pow(2).sum()) / norm2,
+               "block values": flat.numel()}
+        rows.append(row)
+    return rows
+
+
+def escapes(x: torch.Tensor, ratio: float) -> dict:
+    """How often a 1-byte gap is not enough: Top-K positions of `x`, gaps >= 255 need escapes."""
+    x = check_grad(x, "x").reshape(-1)
+    idx = TopK(ratio).select(x.float())
+    gaps = torch.diff(idx, prepend=torch.tensor([-1])) - 1
+    return {"k": idx.numel(), "numel": x.numel(), "largest gap": int(gaps.max()),
+            "gaps >= 255": int((gaps >= 255).sum()), "escape bytes": int((gaps // 255).sum()),
+            "delta8 bytes": index_codec.sizes(idx, x.numel())["delta8"]}
+
+
+# --- overheads and break-even ---------------------------------------------------------------
+
+def codec_seconds(compressor: Compressor, numel: int, repeats: int = 5, seed: int = 0) -> float:
+    """Median seconds to compress and decompress a random `numel`-entry gradient here."""
+    check_positive_int(numel, "numel")
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(numel, generator=g)
+    compressor.decompress(compressor.compress(x))     # warm-up (JIT, allocations)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        compressor.decompress(compressor.compress(x))
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+@dataclass
+class Scheme:
+    """One way of exchanging a gradient: its wire bytes relative to fp32, its collective and
+    its codec time per step (seconds, both ends)."""
+    name: str
+    ratio: float
+    collective: str = "allreduce"
+    overhead_s: float = 0.0
+
+    def step_time(self, params: int, compute_s: float, workers: int, link: cost.Link) -> float:
+        nbytes = cost.gradient_bytes(params) / self.ratio
+        return compute_s + self.overhead_s + cost.comm_time(nbytes, workers, link, self.collective)
+
+
+def speedup_vs_bandwidth(schemes: list[Scheme], params: int, compute_s: float, workers: int,
+                         gbits, latency: float = 50e-6) -> dict:
+    """Dense step time / scheme step time at each bandwidth (Gbit/s): above 1 compression pays."""
+    dense = Scheme("dense", 1.0)
+    out = {"gbit": list(gbits)}
+    for s in schemes:
+        out[s.name] = [dense.step_time(params, compute_s, workers, cost.Link.gbit(b, latency)) /
+                       s.step_time(params, compute_s, workers, cost.Link.gbit(b, latency)) for b in gbits]
+    return out
+
+
+def breakeven_gbit(scheme: Scheme, params: int, compute_s: float, workers: int,
+                   latency: float = 50e-6, lo: float = 1e-3, hi: float = 1e5) -> float:
+    """The bandwidth (Gbit/s) above which `scheme` is slower than dense (bisection on a log
+    scale); inf if it pays on every link up to `hi`, 0 if on none down to `lo`."""
+    def gain(b):
+        link = cost.Link.gbit(b, latency)
+        return Scheme("dense", 1.0).step_time(params, compute_s, workers, link) - \
+            scheme.step_time(params, compute_s, workers, link)
+    if gain(hi) > 0:
+        return math.inf
+    if gain(lo) <= 0:
+        return 0.0
+    for _ in range(60):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if gain(mid) > 0 else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+# --- gradient accumulation ------------------------------------------------------------------
+
+def accumulation_time(compute_s: float, comm_s: float, accumulate) -> list[dict]:
+    """Seconds per micro-batch when the gradient is exchanged once every `a` micro-batches:
+    (a * compute + comm) / a. Communication per sample falls as 1/a."""
+    rows = []
+    for a in accumulate:
+        check_positive_int(a, "accumulate")
+        rows.append({"accumulate": a, "s per micro-batch": (a * compute_s + comm_s) / a,
+                     "comm share": comm_s / (a * compute_s + comm_s)})
+    return rows
+
+
+@dataclass
+class Accumulated:
+    accumulate: int
+    history: object
+    exchanges: int
+    mb_per_worker: float
+    accuracy: float = field(default=0.0)
+
+
+def accumulation_runs(task, accumulate=(1, 2, 4, 8), micro_batch: int = 16, samples: int = 3200,
+                      workers: int = 8, lr: float = 0.1, scale_lr: bool = True, compressor=None,
+                      device=None) -> list[Accumulated]:
+    """Train on the same number of samples per worker, exchanging every `a` micro-batches.
+    Accumulating `a` micro-batches of b and stepping once is one step with a batch of a*b, so
+    each run is the simulator with batch a*b and samples/(a*b) steps; `scale_lr` multiplies
+    the learning rate by `a` (the linear scaling rule for a batch `a` times larger)."""
+    from ..simulate import simulate
+    out = []
+    for a in accumulate:
+        steps = max(1, samples // (a * micro_batch))
+        h = simulate(task, compressor, workers=workers, steps=steps, lr=lr * a if scale_lr else lr,
+                     batch=a * micro_batch,
+                     eval_every=max(1, steps // 10), device=device, progress=False)
+        out.append(Accumulated(a, h, steps, h.total_bytes / workers / 1e6, h.final("accuracy")))
+    return out
+
+
+# --- re-pricing a measured comparison on other links --------------------------------------
+
+def reprice(comparison, gbits, latency: float | None = None, skip: int | None = None) -> dict:
+    """Step time of each scheme of a measured `milktea.dist.compare` run, re-priced on links
+    of other bandwidths: the measured compute and codec time stay, the collectives each step
+    really issued are priced by the cost model. Returns {"gbit": [...], label: [speedup over
+    dense, ...]}."""
+    from ..dist.report import predict_step
+    latency = comparison.model_link.latency if latency is None else latency
+    skip = comparison.skip if skip is None else skip
+    times = {}
+    for res in comparison.results:
+        if "records" not in res:
+            continue
+        recs = res["records"][skip:]
+        times[res["label"]] = [
+            sorted(predict_step(r.get("compute", comparison.compute), r, cost.Link.gbit(b, latency),
+                                comparison.workers) for r in recs)[len(recs) // 2]
+            for b in gbits]
+    dense = next((v for k, v in times.items() if k.startswith("dense")), None)
+    if dense is None:
+        raise ValueError("the comparison has no dense run to compare against")
+    out = {"gbit": list(gbits)}
+    for label, ts in times.items():
+        if not label.startswith("dense"):
+            out[label] = [d / t for d, t in zip(dense, ts)]
+    return out
+
+
+def crossing(gbits, speedups) -> float:
+    """The bandwidth where a speedup curve falls through 1 (log-interpolated); inf if it never
+    does on the grid, 0 if it starts below 1."""
+    if speedups[0] < 1:
+        return 0.0
+    for (b0, s0), (b1, s1) in zip(zip(gbits, speedups), zip(gbits[1:], speedups[1:])):
+        if s0 >= 1 > s1:
+            f = math.log(s0) / (math.log(s0) - math.log(s1))
+            return math.exp(math.log(b0) + f * (math.log(b1) - math.log(b0)))
+    return math.inf

@@ -1,0 +1,226 @@
+"""Common misconceptions about gradient compression, each checked by a computation.
+
+Every function returns a `Verdict`: the claim, the numbers measured or computed here, a
+sentence built from them, and `busted` (True when the numbers contradict the claim).
+
+    >>> v = one_byte_index()
+    >>> v.busted, v.numbers["largest gap"] > 255
+    (True, True)
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import torch
+
+from .. import cost
+from ..compressors import Cast, Quantize, RandomK, TopK
+from . import engineering as eng
+from . import quantization as qx
+
+
+@dataclass
+class Verdict:
+    claim: str
+    numbers: dict
+    text: str
+    busted: bool
+
+    def _repr_markdown_(self) -> str:
+        head = "**Busted.**" if self.busted else "**Holds here.**"
+        return f"{head} {self.text}"
+
+    def __repr__(self) -> str:
+        return f"Verdict({'busted' if self.busted else 'holds'}: {self.text})"
+
+
+def _gradient(hidden: int = 256) -> torch.Tensor:
+    return qx.digits_gradient(hidden=hidden)
+
+
+def compression_always_pays(params: int = 25_000_000, workers: int = 8, compute_s: float = 0.1,
+                            fast_gbit: float = 100.0, slow_gbit: float = 0.1, numel: int = 1_000_000) -> Verdict:
+    """Top-1% + int8 with this machine's measured codec time, on a fast and a slow link."""
+    from ..compressors import Chain
+    comp = Chain(TopK(0.01), Quantize(8))
+    x = torch.randn(numel, generator=torch.Generator().manual_seed(0))
+    ratio = comp.compress(x).ratio
+    codec = eng.codec_seconds(comp, numel) * params / numel
+    s = eng.Scheme("top1%+int8", ratio, "allgather", codec)
+    curves = eng.speedup_vs_bandwidth([s], params, compute_s, workers, [slow_gbit, fast_gbit])
+    slow, fast = curves["top1%+int8"]
+    text = (f"{params / 1e6:.0f}M parameters, {workers} workers, {compute_s:g} s of compute, and the codec "
+            f"time measured on this machine ({codec:.3g} s per step): Top-1%+int8 runs at {slow:.2f}x the speed "
+            f"of dense on a {slow_gbit:g} Gbit/s link and at {fast:.2f}x on {fast_gbit:g} Gbit/s.")
+    if fast < 1:
+        text += " On the fast link the codec costs more than the link saves."
+    return Verdict("Compression always speeds up training", {"slow": slow, "fast": fast, "codec s": codec},
+                   text, fast < 1)
+
+
+def topk_without_feedback(steps: int = 100, workers: int = 8, ratio: float = 0.01) -> Verdict:
+    """Digits, simulated workers: Top-K with and without the ledger."""
+    from ..simulate import simulate
+    from ..tasks import Digits
+    task = Digits(hidden=32)
+    run = dict(workers=workers, steps=steps, lr=0.1, eval_every=steps, progress=False)
+    acc = {name: simulate(task, c, error_feedback=ef, **run).final("accuracy")
+           for name, c, ef in (("dense", None, False), ("plain", TopK(ratio), False), ("ef", TopK(ratio), True))}
+    text = (f"after {steps} steps: dense {acc['dense']:.1%}, Top-{100 * ratio:g}% without the ledger "
+            f"{acc['plain']:.1%}, with it {acc['ef']:.1%}.")
+    return Verdict("Top-K without error feedback is fine", acc, text, acc["plain"] < acc["ef"] - 0.05)
+
+
+def one_byte_index(ratio: float = 0.001) -> Verdict:
+    """Gaps between Top-K positions of a real gradient, against what one byte can hold."""
+    e = eng.escapes(_gradient(2048), ratio)
+    text = (f"one byte holds 0..255, but the tensor has {e['numel']:,} positions; between the {e['k']} kept "
+            f"entries the largest gap is {e['largest gap']:,}. Gaps in 1-byte deltas need {e['escape bytes']} "
+            f"escape bytes: {e['delta8 bytes']} bytes for {e['k']} indices, "
+            f"{e['delta8 bytes'] / e['k']:.1f} per index, more than int32's 4.")
+    return Verdict("A 1-byte index can address any position", e, text, e["largest gap"] > 255)
+
+
+def int4_halves_time(params: int = 25_000_000, workers: int = 8, gbit: float = 10.0, compute_s: float = 0.1,
+                     numel: int = 1_000_000) -> Verdict:
+    """int8 vs int4: real packet bytes, measured codec times, cost-model step times."""
+    x = torch.randn(numel, generator=torch.Generator().manual_seed(0))
+    rows = {}
+    for b in (8, 4):
+        q = Quantize(b)
+        codec = eng.codec_seconds(q, numel) * params / numel
+        s = eng.Scheme(f"int{b}", q.compress(x).ratio, "allgather", codec)
+        rows[b] = {"bytes ratio": s.ratio, "step s": s.step_time(params, compute_s, workers, cost.Link.gbit(gbit))}
+    byte_gain = rows[4]["bytes ratio"] / rows[8]["bytes ratio"]
+    time_gain = rows[8]["step s"] / rows[4]["step s"]
+    setting = f"{params / 1e6:.0f}M parameters, {workers} workers, {gbit:g} Gbit/s, {compute_s:g} s compute"
+    if time_gain >= 1:
+        text = (f"int4 packets are {byte_gain:.2f}x smaller than int8, but a step ({setting}) is only "
+                f"{time_gain:.2f}x faster: compute and codec time do not shrink with the bits.")
+    else:
+        text = (f"int4 packets are {byte_gain:.2f}x smaller than int8, yet a step ({setting}) takes "
+                f"{rows[4]['step s']:.3g} s against {rows[8]['step s']:.3g} s: on this machine the 4-bit codec "
+                f"costs more than the bytes it saves.")
+    return Verdict("INT4 halves the time of INT8 end to end", {"bytes": byte_gain, "time": time_gain},
+                   text, time_gain < 1.9)
+
+
+def fp16_always_faster(params: int = 1_000_000, workers: int = 8, gbit: float = 100.0,
+                       compute_s: float = 0.01) -> Verdict:
+    """A small model on a fast link (latency-bound), and the fp16 range."""
+    x = torch.randn(params, generator=torch.Generator().manual_seed(0))
+    codec = eng.codec_seconds(Cast(torch.float16), params)
+    s = eng.Scheme("fp16", 2.0, "allreduce", codec)
+    gain = eng.speedup_vs_bandwidth([s], params, compute_s, workers, [gbit])["fp16"][0]
+    try:
+        Cast(torch.float16).compress(x * 1e5)
+        overflow = "no overflow"
+    except ValueError:
+        overflow = "a gradient entry above 65504 cannot be sent in fp16 at all (bf16 can)"
+    text = (f"{params / 1e6:g}M parameters on {gbit:g} Gbit/s with {workers} workers: casting to fp16 and back "
+            f"costs {1e3 * codec:.2f} ms here, so an fp16 step runs at {gain:.2f}x the speed of dense; "
+            f"and {overflow}.")
+    return Verdict("fp16 all-reduce is always faster", {"speedup": gain, "cast s": codec}, text, gain < 1)
+
+
+def ratio_is_speedup(workers: int = 64, ratio: float = 0.01, gbit: float = 10.0, params: int = 25_000_000) -> Verdict:
+    """Top-K packets cannot be summed on the wire: all-gather (N-1) M / R vs all-reduce 2(N-1)/N M."""
+    x = torch.randn(1_000_000, generator=torch.Generator().manual_seed(0))
+    R = TopK(ratio).compress(x).ratio
+    M = cost.gradient_bytes(params)
+    link = cost.Link.gbit(gbit)
+    dense = cost.ring_allreduce_time(M, workers, link)
+    sparse = cost.allgather_time(M / R, workers, link)
+    text = (f"Top-{100 * ratio:g}% packets are {R:.0f}x smaller, but with {workers} workers they must be "
+            f"all-gathered: communication drops from {dense:.3f} s to {sparse:.3f} s, only "
+            f"{dense / sparse:.1f}x.")
+    return Verdict("A compression ratio of R makes communication R times faster",
+                   {"R": R, "comm speedup": dense / sparse}, text, dense / sparse < R / 2)
+
+
+def stochastic_more_accurate() -> Verdict:
+    """Error of one stochastically rounded copy vs one rounded to nearest (2 bits)."""
+    b = qx.rounding_bias(_gradient(), bits=2, draws=16)
+    e = b.per_draw_error
+    text = (f"one 2-bit copy of a real gradient: relative error {e['stochastic']:.2f} with stochastic rounding, "
+            f"{e['nearest']:.2f} rounding to nearest. Stochastic rounding buys unbiasedness, not accuracy.")
+    return Verdict("Stochastic rounding is more accurate than rounding to nearest", e, text,
+                   e["stochastic"] > e["nearest"])
+
+
+def feedback_is_free(params: float = 7e9) -> Verdict:
+    """The ledger is one full-size tensor per worker."""
+    from ..feedback import ErrorFeedback
+    g = torch.randn(100_000)
+    ef = ErrorFeedback(TopK(0.01))
+    ef.compress(g)
+    per_param = ef.residual.element_size() * ef.residual.numel() / g.numel()
+    extra = per_param * params / 1e9
+    text = (f"the ledger holds {per_param:.0f} bytes per parameter (measured on a real ErrorFeedback): for a "
+            f"{params / 1e9:g}B-parameter model that is {extra:.0f} GB more memory on every worker.")
+    return Verdict("Error feedback is free", {"bytes per param": per_param, "GB": extra}, text, extra > 0)
+
+
+def bigger_buckets_better(params: int = 25_000_000, workers: int = 64, gbit: float = 25.0) -> Verdict:
+    """Cost-model step time as the bucket grows to the whole model."""
+    prof = eng.Profile.uniform(160, params // 160, 0.1)
+    rows = eng.bucket_sweep(prof, cost.Link.gbit(gbit), workers, 0.05, sizes_mb=(4, 16, 25, 100))
+    best = min(rows, key=lambda r: r["step s"])
+    one = rows[-1]
+    text = (f"{params / 1e6:.0f}M parameters, {workers} workers, {gbit:g} Gbit/s: {best['bucket MB']:g} MB "
+            f"buckets give {1e3 * best['step s']:.0f} ms per step, one {one['bucket MB']:g} MB bucket "
+            f"{1e3 * one['step s']:.0f} ms: one bucket cannot start until backward ends.")
+    return Verdict("Bigger buckets always give better overlap", {"best": best, "one": one}, text,
+                   one["step s"] > best["step s"])
+
+
+def one_scale_enough() -> Verdict:
+    """int4 with one outlier: one scale per tensor vs per 1024 entries."""
+    rows = qx.chunk_sweep(qx.with_outlier(_gradient(), 100.0), bits=4, chunks=(None, 1024), skip=0)
+    text = (f"one entry 100x the rest: with one int4 scale for the tensor {rows[0]['zeroed']:.0%} of the other "
+            f"entries arrive as 0; with one scale per 1024 entries {rows[1]['zeroed']:.0%}.")
+    return Verdict("One scale per tensor is enough", rows, text, rows[0]["zeroed"] > rows[1]["zeroed"])
+
+
+def more_workers_less_comm(params: int = 25_000_000, gbit: float = 10.0, global_compute_s: float = 6.4) -> Verdict:
+    """Fixed global batch: compute per worker shrinks as 1/N, ring all-reduce bytes do not."""
+    link = cost.Link.gbit(gbit)
+    M = cost.gradient_bytes(params)
+    shares = {}
+    for n in (8, 64):
+        comm = cost.ring_allreduce_time(M, n, link)
+        shares[n] = comm / (global_compute_s / n + comm)
+    text = (f"same global batch ({global_compute_s:g} s of compute in all), {params / 1e6:.0f}M parameters, "
+            f"{gbit:g} Gbit/s: communication is {shares[8]:.0%} of a step with 8 workers and {shares[64]:.0%} "
+            f"with 64. Each worker still sends about 2x the model; its share of the work shrinks.")
+    return Verdict("More workers make compression matter less", shares, text, shares[64] > shares[8])
+
+
+def randomk_as_good() -> Verdict:
+    """Share of a real gradient's squared norm kept by Top-1% and by Random-1%."""
+    g = _gradient(2048)
+    share = {}
+    for name, c in (("top-k", TopK(0.01)), ("random-k", RandomK(0.01))):
+        y = c.decompress(c.compress(g))
+        share[name] = float(y.pow(2).sum() / g.pow(2).sum())
+    text = (f"the same 1% of entries: Top-K keeps {share['top-k']:.0%} of the gradient's squared norm, "
+            f"Random-K {share['random-k']:.1%}.")
+    return Verdict("Random-K is as good as Top-K for the same bytes", share, text,
+                   share["top-k"] > 2 * share["random-k"])
+
+
+def zip_is_enough() -> Verdict:
+    """Lossless zlib (level 9) on a real fp32 gradient."""
+    g = _gradient(2048)
+    raw = g.numpy().tobytes()
+    ratio = len(raw) / len(zlib.compress(raw, 9))
+    top = TopK(0.01).compress(g).ratio
+    text = (f"zlib at level 9 shrinks a real fp32 gradient {ratio:.2f}x (random low mantissa bits do not "
+            f"compress); Top-1% gives {top:.0f}x.")
+    return Verdict("Lossless compression (zip) is enough", {"zlib": ratio, "topk": top}, text, ratio < 2)
+
+
+ALL = (compression_always_pays, topk_without_feedback, one_byte_index, int4_halves_time, fp16_always_faster,
+       ratio_is_speedup, stochastic_more_accurate, feedback_is_free, bigger_buckets_better, one_scale_enough,
+       more_workers_less_comm, randomk_as_good, zip_is_enough)

@@ -1,0 +1,294 @@
+"""Quantization measured on real gradients: the half-step bound, bits vs error, chunked
+scales, stochastic rounding's unbiasedness, QSGD's variance bound, Top-K then quantize.
+
+    >>> g = digits_gradient()
+    >>> rows = half_step_check(g)                 # one row per bit width
+    >>> all(r.holds for r in rows)               # |error| <= scale / 2 (to float32 rounding)
+    True
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..checks import check_grad, check_positive_int
+from ..compressors import QSGD, Cast, Chain, Compressor, Quantize, Sign, TopK
+from ..compressors.base import from_bytes
+from ..packet import Packet
+
+
+def digits_gradient(hidden: int = 256, batch: int = 64, warmup_steps: int = 20, lr: float = 0.1,
+                    seed: int = 0) -> torch.Tensor:
+    """A real gradient: the flat float32 gradient of the digits MLP on one minibatch, after
+    `warmup_steps` steps of plain SGD from the seeded initial weights (so it is not the
+    special first-step gradient)."""
+    from ..tasks import Digits
+    check_positive_int(hidden, "hidden"), check_positive_int(batch, "batch")
+    check_positive_int(warmup_steps, "warmup_steps", minimum=0)
+    task = Digits(hidden=hidden, seed=seed)
+    model = task.model()
+    x, y = task.x_train, task.y_train
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for step in range(warmup_steps + 1):
+        idx = torch.randint(len(y), (batch,), generator=g)
+        opt.zero_grad()
+        task.loss(model(x[idx]), y[idx]).mean().backward()
+        if step < warmup_steps:
+            opt.step()
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()]).detach().clone()
+
+
+def steps_of(packet: Packet) -> torch.Tensor:
+    """The grid step (scale) each entry of a ``quant`` packet was rounded with."""
+    if packet.codec != "quant":
+        raise ValueError(f"steps_of needs a Quantize packet (codec 'quant'), got codec {packet.codec!r}")
+    _, chunk, _ = packet.params
+    scales = from_bytes(packet.parts[1], torch.float32)
+    return scales.repeat_interleave(chunk)[:packet.numel]
+
+
+@dataclass
+class HalfStep:
+    """One bit width on one tensor: wire bytes, and the error against the half-step bound."""
+    bits: int
+    nbytes: int
+    ratio: float
+    max_error: float
+    worst: float            # max over entries of |error| / (its step / 2): the bound says <= 1
+    mean_error: float
+    errors: torch.Tensor    # |error| / (step / 2), per entry (for histograms)
+
+    @property
+    def tolerance(self) -> float:
+        """How far past 1 float32 arithmetic may push `worst`: the codes are computed as
+        floor(x / s + qmax + 1.5) in float32, whose rounding is up to (qmax + 1) 2^-23 code
+        units; half a step is 0.5 code units, and we allow twice that."""
+        return (2 ** (self.bits - 1)) * 2.0 ** -21
+
+    @property
+    def holds(self) -> bool:
+        return self.worst <= 1 + self.tolerance
+
+
+def half_step_check(x: torch.Tensor, bits=(8, 4, 2), chunk: int | None = 1024) -> list[HalfStep]:
+    """Quantize `x` with each bit width and compare every entry's error with half its step."""
+    x = check_grad(x, "x").float()
+    rows = []
+    for b in bits:
+        q = Quantize(bits=b, chunk=chunk)
+        p = q.compress(x)
+        err = (q.decompress(p) - x).abs().reshape(-1)
+        half = steps_of(p) / 2
+        rel = torch.where(half > 0, err / half.clamp_min(1e-38), torch.zeros_like(err))
+        rows.append(HalfStep(b, p.nbytes, p.ratio, float(err.max()), float(rel.max()), float(err.mean()), rel))
+    return rows
+
+
+def relative_error(x: torch.Tensor, y: torch.Tensor) -> float:
+    """||y - x|| / ||x||."""
+    return float((y - x).norm() / x.norm().clamp_min(1e-38))
+
+
+@dataclass
+class Row:
+    """One compressor on one tensor."""
+    name: str
+    bits_per_entry: float    # wire bits / entries, header and scales included
+    nbytes: int
+    ratio: float
+    rel_error: float
+    cosine: float
+
+    def as_dict(self) -> dict:
+        return {"scheme": self.name, "bits/entry": round(self.bits_per_entry, 3), "bytes": self.nbytes,
+                "R": round(self.ratio, 2), "relative error": round(self.rel_error, 4),
+                "cosine": round(self.cosine, 4)}
+
+
+def measure(x: torch.Tensor, compressor: Compressor) -> Row:
+    """Compress `x` once: real wire bytes, relative error, cosine with the original."""
+    x = check_grad(x, "x")
+    p = compressor.compress(x)
+    y = compressor.decompress(p)
+    cos = float(torch.nn.functional.cosine_similarity(x.reshape(1, -1).float(), y.reshape(1, -1).float()))
+    return Row(compressor.name, 8 * p.nbytes / x.numel(), p.nbytes, p.ratio, relative_error(x.float(), y.float()), cos)
+
+
+def bit_widths(x: torch.Tensor, chunk: int | None = 1024) -> list[Row]:
+    """fp32 -> fp16, int8, int4, 2-bit and 1-bit (sign + scale) on the same tensor."""
+    return [measure(x, c) for c in (Cast(torch.float16), Quantize(8, chunk), Quantize(4, chunk),
+                                    Quantize(2, chunk), Sign())]
+
+
+def chunk_sweep(x: torch.Tensor, bits: int = 4, chunks=(None, 4096, 1024, 256, 64, 16),
+                skip: int | None = None) -> list[dict]:
+    """Relative error and bits per entry as the number of entries sharing one scale shrinks
+    (None: one scale for the whole tensor). `skip`: a flat position left out of the error
+    (an outlier, whose own error would hide everyone else's). "zeroed" is the share of
+    non-zero entries that arrive as exactly 0."""
+    x = check_grad(x, "x").float().reshape(-1)
+    keep = torch.ones_like(x, dtype=torch.bool)
+    if skip is not None:
+        keep[skip] = False
+    out = []
+    for c in chunks:
+        q = Quantize(bits, c)
+        p = q.compress(x)
+        y = q.decompress(p)
+        nz = keep & (x != 0)
+        out.append({"chunk": "tensor" if c is None else c, "bits/entry": 8 * p.nbytes / x.numel(),
+                    "relative error": relative_error(x[keep], y[keep]),
+                    "zeroed": float((y[nz] == 0).float().mean())})
+    return out
+
+
+def with_outlier(x: torch.Tensor, factor: float = 100.0, position: int = 0) -> torch.Tensor:
+    """A copy of `x` where one entry is `factor` times the largest magnitude (one loud shop)."""
+    y = check_grad(x, "x").clone().reshape(-1)
+    y[position] = factor * y.abs().max()
+    return y.view_as(x)
+
+
+@dataclass
+class Bias:
+    """How far the mean of `draws` decoded copies is from x, after each number of draws."""
+    draws: list[int]
+    stochastic: list[float]     # ||mean_T - x|| / ||x|| with stochastic rounding
+    nearest: list[float]        # the same with round-to-nearest (deterministic: one value)
+    per_draw_error: dict        # mean relative error of a single copy, per rounding
+
+
+def rounding_bias(x: torch.Tensor, bits: int = 2, draws: int = 256, chunk: int | None = 1024,
+                  seed: int = 0) -> Bias:
+    """Average many decoded copies of x. Stochastic rounding is unbiased, so the average
+    approaches x (like 1/sqrt(T)); rounding to nearest gives the same copy every time, so
+    its error never shrinks."""
+    x = check_grad(x, "x").float()
+    check_positive_int(draws, "draws")
+    sto, near = Quantize(bits, chunk, stochastic=True, seed=seed), Quantize(bits, chunk)
+    fixed = near.decompress(near.compress(x))
+    total, errs, marks, out = torch.zeros_like(x), [], [], []
+    for t in range(1, draws + 1):
+        y = sto.decompress(sto.compress(x))
+        total += y
+        errs.append(relative_error(x, y))
+        if t & (t - 1) == 0 or t == draws:     # powers of two, and the last
+            marks.append(t)
+            out.append(relative_error(x, total / t))
+    e_near = relative_error(x, fixed)
+    return Bias(marks, out, [e_near] * len(marks), {"stochastic": sum(errs) / len(errs), "nearest": e_near})
+
+
+def tiny_updates(steps: int = 200, small: float = 0.002, big: float = 1.0, bits: int = 8, seed: int = 0) -> dict:
+    """A weight that gets the same small push every step, sent in a chunk that also holds a
+    big entry: the push is below half a step. Returns the running sum each rounding delivers
+    (nearest rounds it to 0 forever; stochastic delivers it on average)."""
+    check_positive_int(steps, "steps")
+    x = torch.tensor([big, small])
+    sums = {"true": [], "nearest": [], "stochastic": []}
+    comps = {"nearest": Quantize(bits, None), "stochastic": Quantize(bits, None, stochastic=True, seed=seed)}
+    acc = {k: 0.0 for k in comps}
+    for t in range(1, steps + 1):
+        for k, c in comps.items():
+            acc[k] += float(c.decompress(c.compress(x))[1])
+            sums[k].append(acc[k])
+        sums["true"].append(t * small)
+    sums["step"] = big / (2 ** (bits - 1) - 1)
+    return sums
+
+
+@dataclass
+class Variance:
+    levels: int
+    bits: int
+    measured: float     # E||Q(x) - x||^2 / ||x||^2, averaged over draws
+    bound: float        # sum over chunks of min(d/s^2, sqrt(d)/s) ||x_c||^2, over ||x||^2
+    bias: float         # ||mean of draws - x|| / ||x|| (-> 0: unbiased)
+
+
+def qsgd_variance(x: torch.Tensor, levels=(1, 2, 4, 8, 16, 64), chunk: int | None = 512,
+                  draws: int = 100, seed: int = 0) -> list[Variance]:
+    """QSGD's variance bound (Alistarh et al. 2017, Lemma 3.1), checked by sampling."""
+    x = check_grad(x, "x").float().reshape(-1)
+    check_positive_int(draws, "draws")
+    n = x.numel()
+    d = n if chunk is None else min(chunk, n)
+    pieces = x.split(d)
+    out = []
+    for s in levels:
+        q = QSGD(levels=s, chunk=chunk, seed=seed)
+        sq, mean = 0.0, torch.zeros_like(x)
+        for _ in range(draws):
+            y = q.decompress(q.compress(x))
+            sq += float((y - x).pow(2).sum())
+            mean += y
+        bound = sum(min(p.numel() / s**2, math.sqrt(p.numel()) / s) * float(p.pow(2).sum()) for p in pieces)
+        norm2 = float(x.pow(2).sum())
+        out.append(Variance(s, q.bits, sq / draws / norm2, bound / norm2, relative_error(x, mean / draws)))
+    return out
+
+
+def stacked(x: torch.Tensor, ratio: float = 0.01) -> list[dict]:
+    """Top-K, then quantize the kept values: where the bytes go (header, indices, values)."""
+    schemes = [TopK(ratio), Chain(TopK(ratio), Quantize(8, None)), Chain(TopK(ratio), Quantize(4, None)),
+               Chain(TopK(ratio), Sign())]
+    rows = []
+    for c in schemes:
+        p = c.compress(x)
+        if p.codec == "chain":
+            inner = Packet.from_tensor(p.parts[-1])
+            index, values = sum(q.numel() for q in p.parts[:-1]), inner.nbytes
+        else:
+            index, values = p.parts[0].numel(), p.parts[1].numel()
+        header = p.nbytes - index - values
+        y = c.decompress(p)
+        rows.append({"scheme": c.name, "header": header, "indices": index, "values": values,
+                     "bytes": p.nbytes, "R": p.ratio, "relative error": relative_error(x.float(), y.float())})
+    return rows
+
+
+WIDTHS = (1, 2, 4, 8)
+
+
+def quantizer(bits: int, chunk: int | None = 1024, stochastic: bool = False, seed: int = 0) -> Compressor:
+    """The library compressor for a bit width: Sign (1 bit + a scale) or absmax Quantize."""
+    if bits not in WIDTHS:
+        raise ValueError(f"bits must be one of {WIDTHS}, got {bits!r}")
+    return Sign() if bits == 1 else Quantize(bits, chunk, stochastic=stochastic, seed=seed)
+
+
+@dataclass
+class Snap:
+    """Values before and after quantization, and the grid they snap to (first chunk)."""
+    name: str
+    x: torch.Tensor          # the original values (flat)
+    y: torch.Tensor          # what the receiver decodes
+    grid: torch.Tensor       # the levels of the first chunk's grid
+    half_step: float         # half the first chunk's step (0 for 1-bit sign)
+    nbytes: int
+    ratio: float
+    rel_error: float
+
+    @property
+    def error(self) -> torch.Tensor:
+        return self.y - self.x
+
+
+def snap(x: torch.Tensor, bits: int = 4, chunk: int | None = 1024, stochastic: bool = False,
+         seed: int = 0) -> Snap:
+    """Quantize `x` with `bits` bits and describe the grid (what the snapping widget draws)."""
+    x = check_grad(x, "x").float().reshape(-1)
+    c = quantizer(bits, chunk, stochastic, seed)
+    p = c.compress(x)
+    y = c.decompress(p)
+    if bits == 1:
+        scale = float(from_bytes(p.parts[1], torch.float32)[0])
+        grid, half = torch.tensor([-scale, scale]), 0.0
+    else:
+        step = float(steps_of(p)[0])
+        q = 2 ** (bits - 1) - 1
+        grid, half = torch.arange(-q, q + 1, dtype=torch.float32) * step, step / 2
+    return Snap(c.name, x, y, grid, half, p.nbytes, p.ratio, relative_error(x, y))

@@ -1,0 +1,66 @@
+"""Where gradient compression is used, priced with the cost model.
+
+    >>> s = federated()
+    >>> s["dense upload s"] > 10 * s["compressed upload s"]
+    True
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import cost
+from ..advice import advise, memory_bound_codecs
+
+GPU_GBPS = 2000.0   # memory bandwidth assumed for the codecs on a data-centre GPU (HBM, ~2 TB/s)
+from ..compressors import Chain, Quantize, TopK
+
+
+def _ratio(compressor, numel: int = 1_000_000) -> float:
+    """Wire ratio of a compressor's real packet on a random gradient."""
+    x = torch.randn(numel, generator=torch.Generator().manual_seed(0))
+    return compressor.compress(x).ratio
+
+
+def cross_datacenter(params: float = 7e9, sites: int = 2, wan_gbit: float = 100.0, compute_s: float = 2.0,
+                     accumulate: int = 8, codec_ns: dict | None = None) -> dict:
+    """LLM pre-training split over `sites` data centres: inside a site the links are fast,
+    between sites one WAN link of `wan_gbit`. Every step the sites exchange the gradient
+    (after reducing it inside each site). Compute is the per-step time of one site. Codecs:
+    `codec_ns`, by default memory-bound GPU kernels (advice.memory_bound_codecs)."""
+    codec_ns = codec_ns or memory_bound_codecs(GPU_GBPS)
+    link = cost.Link.gbit(wan_gbit, latency=5e-3)          # ~1000 km of fibre
+    M = cost.gradient_bytes(params)
+    dense = cost.ring_allreduce_time(M, sites, link)
+    a = advise(params, sites, wan_gbit, compute_s, latency_us=5000, codec_ns=codec_ns, overlap=True)
+    choice = next(r for r in a.rows if r["scheme"] == a.choice)
+    return {"params": params, "gradient GB": M / 1e9, "dense exchange s": dense, "compute s": compute_s,
+            "waiting share": dense / (dense + compute_s), "advice": a, "choice": a.choice,
+            "choice step s": choice["step s"], "dense step s": a.rows[0]["step s"],
+            "accumulate": accumulate,
+            "exchange s per micro-step with accumulation": dense / accumulate}
+
+
+def federated(params: float = 5e6, phones: int = 100, up_mbit: float = 10.0, ratio: float = 0.01) -> dict:
+    """Federated learning: each phone uploads its update over a `up_mbit` Mbit/s uplink to a
+    server (a parameter-server round); Top-K + int8 with the ledger kept on the phone."""
+    link = cost.Link.gbit(up_mbit / 1000, latency=50e-3)
+    M = cost.gradient_bytes(params)
+    R = _ratio(Chain(TopK(ratio), Quantize(8)))
+    return {"params": params, "update MB": M / 1e6, "ratio": R, "compressed MB": M / R / 1e6,
+            "dense upload s": link.transfer_time(M), "compressed upload s": link.transfer_time(M / R),
+            "phones": phones, "server GB per round, dense": phones * M / 1e9,
+            "server GB per round, compressed": phones * M / R / 1e9}
+
+
+def cross_region_finetune(params: float = 1.3e9, workers: int = 8, gbit: float = 10.0, compute_s: float = 0.8,
+                          adapter_share: float = 0.005, codec_ns: dict | None = None) -> dict:
+    """Fine-tuning on GPUs rented in several regions: a full fine-tune exchanges every
+    gradient; a low-rank adapter (LoRA) trains `adapter_share` of the parameters."""
+    codec_ns = codec_ns or memory_bound_codecs(GPU_GBPS)
+    a = advise(params, workers, gbit, compute_s, codec_ns=codec_ns)
+    lora = advise(params * adapter_share, workers, gbit, compute_s, codec_ns=codec_ns)
+    return {"params": params, "workers": workers, "gbit": gbit, "full advice": a, "full choice": a.choice,
+            "full dense step s": a.rows[0]["step s"],
+            "full best step s": min(r["step s"] for r in a.rows),
+            "adapter params": params * adapter_share, "adapter advice": lora, "adapter choice": lora.choice,
+            "adapter dense step s": lora.rows[0]["step s"]}

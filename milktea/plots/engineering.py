@@ -1,0 +1,126 @@
+"""Figures of the engineering chapter: Gantt charts of overlap, bucket sizes, index
+encodings, gradient accumulation, and where compression stops paying."""
+from __future__ import annotations
+
+import numpy as np
+
+from .quantization import _ax, _fig
+
+
+def gantt(ax, tl, title: str = "", xmax: float | None = None):
+    """One step as two rows (compute, link), in milliseconds."""
+    ms = 1e3
+    f0, f1 = tl.forward
+    if f1 > f0:
+        ax.broken_barh([(f0 * ms, (f1 - f0) * ms)], (1, 0.8), color="tab:gray", label="forward")
+    for i, (s, e) in enumerate(tl.backward):
+        ax.broken_barh([(s * ms, (e - s) * ms)], (1, 0.8), color="tab:blue", edgecolor="white",
+                       label="backward, per bucket" if i == 0 else None)
+    for i, (s, e) in enumerate(tl.comm):
+        ax.broken_barh([(s * ms, (e - s) * ms)], (0, 0.8), color="tab:orange", edgecolor="white",
+                       label="exchange, per bucket" if i == 0 else None)
+    ax.axvline(tl.total * ms, color="k", lw=1)
+    ax.set_yticks([0.4, 1.4], ["link", "compute"])
+    ax.set_ylim(-0.2, 2.0)
+    if xmax:
+        ax.set_xlim(0, xmax * ms)
+    ax.set_title(f"{title}: {tl.total * ms:.0f} ms" if title else f"{tl.total * ms:.0f} ms", fontsize=10)
+    return ax
+
+
+def gantt_grid(predicted: dict, measured: dict, fig=None):
+    """One row per setting: the cost model's timeline (left) beside the measured one (right)."""
+    labels = list(measured)
+    fig, axes = _fig(fig, (11, 1.7 * len(labels) + 0.6), ncols=2, nrows=len(labels), sharex=True)
+    xmax = 1.05 * max(max(t.total for t in measured.values()), max(t.total for t in predicted.values()))
+    for i, label in enumerate(labels):
+        gantt(axes[2 * i], predicted[label], f"{label}, predicted", xmax)
+        gantt(axes[2 * i + 1], measured[label], f"{label}, measured", xmax)
+    for ax in axes[-2:]:
+        ax.set_xlabel("ms since the step began")
+    axes[1].legend(loc="upper right", fontsize="x-small")
+    fig.tight_layout()
+    return fig
+
+
+def bucket_sweep(rows, ax=None):
+    """Predicted step time against bucket size."""
+    ax = _ax(ax, (6, 3.5))
+    mb = [r["bucket MB"] for r in rows]
+    ax.semilogx(mb, [1e3 * r["step s"] for r in rows], "o-", label="with overlap")
+    ax.semilogx(mb, [1e3 * r["serial s"] for r in rows], "--", color="gray", label="no overlap")
+    best = min(rows, key=lambda r: r["step s"])
+    ax.plot(best["bucket MB"], 1e3 * best["step s"], "r*", ms=14, label=f"best: {best['bucket MB']:g} MB")
+    for r in rows[:: max(1, len(rows) // 6)]:
+        ax.annotate(f"{r['buckets']}", (r["bucket MB"], 1e3 * r["step s"]), fontsize=7,
+                    textcoords="offset points", xytext=(0, 6))
+    ax.set_xlabel("bucket size, MB (labels: number of buckets)")
+    ax.set_ylabel("ms per step (cost model)")
+    ax.set_title("too small pays latency, too big hides nothing")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def index_costs(rows, block: int = 32, fig=None):
+    """Left: index bytes per kept entry for each encoding. Right: the gradient's squared norm
+    kept by exact Top-K and by blocks."""
+    fig, (a, b) = _fig(fig, (11, 3.6), ncols=2)
+    r = [row["ratio"] for row in rows]
+    for name, style in (("int32", "o-"), ("delta8", "s-"), ("varint", "^-"), ("bitmap", "v-"),
+                        (f"block{block}", "D-")):
+        a.loglog(r, [row[f"{name} B/entry"] for row in rows], style, label=name)
+    a.set_xlabel("share of entries kept, k/n")
+    a.set_ylabel("index bytes per kept entry")
+    a.set_title("what 'where' costs")
+    a.legend(fontsize="small")
+    b.semilogx(r, [row["top-k norm kept"] for row in rows], "o-", label="exact Top-K")
+    b.semilogx(r, [row[f"block{block} norm kept"] for row in rows], "D-", label=f"blocks of {block}")
+    b.set_xlabel("share of entries kept, k/n")
+    b.set_ylabel("share of ||g||² kept")
+    b.set_title("what the blocks give up")
+    b.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def accumulation(runs, time_rows, fig=None):
+    """Left: accuracy against MB exchanged per worker. Right: seconds per micro-batch."""
+    fig, (a, b) = _fig(fig, (11, 3.6), ncols=2)
+    for run in runs:
+        h = run.history
+        cum = np.concatenate([[0.0], np.cumsum(h.bytes_per_worker)]) / 1e6
+        pts = [(cum[s], y) for s, y in zip(h.eval_steps, h.evals["accuracy"]) if s > 0]
+        a.semilogx([p[0] for p in pts], [p[1] for p in pts], "-", label=f"exchange every {run.accumulate}")
+    a.set_xlabel("MB exchanged per worker")
+    a.set_ylabel("test accuracy")
+    a.set_title("same samples, fewer exchanges")
+    a.legend(fontsize="small")
+    acc = [r["accumulate"] for r in time_rows]
+    b.plot(acc, [1e3 * r["s per micro-batch"] for r in time_rows], "o-")
+    b.set_xscale("log", base=2)
+    b.set_xlabel("micro-batches per exchange")
+    b.set_ylabel("ms per micro-batch (cost model)")
+    b.set_title("the exchange is shared by more work")
+    fig.tight_layout()
+    return fig
+
+
+def speedup(curves, breakeven: dict | None = None, ax=None):
+    """Speedup over dense against link bandwidth; below 1 compression costs time."""
+    ax = _ax(ax, (6.5, 3.8))
+    for name, ys in curves.items():
+        if name == "gbit":
+            continue
+        line, = ax.loglog(curves["gbit"], ys, label=name)
+        if breakeven and np.isfinite(breakeven.get(name, np.inf)) and breakeven[name] > 0:
+            ax.axvline(breakeven[name], color=line.get_color(), ls=":", lw=1)
+    ax.axhline(1.0, color="k", lw=1)
+    ax.fill_between(curves["gbit"], 1e-3, 1.0, color="tab:red", alpha=0.06)
+    lo = min(min(v) for k, v in curves.items() if k != "gbit")
+    hi = max(max(v) for k, v in curves.items() if k != "gbit")
+    ax.set_ylim(min(0.5, lo / 1.3), hi * 1.3)
+    ax.set_xlabel("link bandwidth, Gbit/s")
+    ax.set_ylabel("speedup over dense all-reduce")
+    ax.set_title("below the line (shaded), compression costs time")
+    ax.legend(fontsize="small")
+    return ax

@@ -1,0 +1,191 @@
+"""Figures of the quantization chapter. Each takes what milktea.experiments.quantization
+returns and draws it; pass `ax`/`fig` to draw into your own, else a new figure is made."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _fig(fig, figsize, ncols=1, nrows=1, **kw):
+    if fig is None:
+        import matplotlib.pyplot as plt
+        fig = plt.figure(figsize=figsize)
+    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
+    return fig, axes.ravel()
+
+
+def _ax(ax, figsize):
+    if ax is None:
+        import matplotlib.pyplot as plt
+        _, ax = plt.subplots(figsize=figsize)
+    return ax
+
+
+def half_step(rows, fig=None):
+    """Histogram of |error| / (step / 2) per bit width: everything must sit left of 1."""
+    fig, axes = _fig(fig, (3.2 * len(rows), 2.8), ncols=len(rows), sharey=True)
+    for ax, r in zip(axes, rows):
+        ax.hist(r.errors.numpy(), bins=40, range=(0, 1.1), color="tab:blue", alpha=0.8)
+        ax.axvline(1.0, color="tab:red", ls="--", label="bound: half a step")
+        ax.set_title(f"int{r.bits}: worst {r.worst:.4f}")
+        ax.set_xlabel("|error| / (step / 2)")
+    axes[0].set_ylabel("entries")
+    axes[0].legend(fontsize="small", loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def bit_widths(rows, ax=None):
+    """Bits per entry (wire bytes, scales and header included) against relative error."""
+    ax = _ax(ax, (5.5, 3.5))
+    bits = [r.bits_per_entry for r in rows]
+    errs = [r.rel_error for r in rows]
+    ax.plot(bits, errs, "o-", color="tab:blue")
+    for r in rows:
+        ax.annotate(f"{r.name}, R={r.ratio:.1f}x", (r.bits_per_entry, r.rel_error), fontsize=8,
+                    textcoords="offset points", xytext=(6, -12))
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("bits per entry on the wire")
+    ax.set_ylabel("||decoded - g|| / ||g||")
+    ax.set_title("fewer bits, larger error")
+    ax.margins(x=0.15, y=0.3)
+    return ax
+
+
+def chunk_sweep(curves: dict, ax=None):
+    """Relative error against bits per entry as chunks shrink; one curve per label."""
+    ax = _ax(ax, (5.5, 3.5))
+    for label, rows in curves.items():
+        xs = [r["bits/entry"] for r in rows]
+        ys = [r["relative error"] for r in rows]
+        line, = ax.plot(xs, ys, "o-", label=label)
+        for r in rows:
+            ax.annotate(str(r["chunk"]), (r["bits/entry"], r["relative error"]), fontsize=7,
+                        textcoords="offset points", xytext=(3, 3), color=line.get_color())
+    ax.set_yscale("log")
+    ax.set_xlabel("bits per entry (codes + one fp32 scale per chunk)")
+    ax.set_ylabel("relative error")
+    ax.set_title("one scale per tensor vs per chunk (labels: chunk size)")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def bias(b, ax=None):
+    """Error of the average of T decoded copies: stochastic falls like 1/sqrt(T), nearest stays."""
+    ax = _ax(ax, (5.5, 3.5))
+    t = np.asarray(b.draws, dtype=float)
+    ax.loglog(t, b.stochastic, "o-", label="stochastic rounding")
+    ax.loglog(t, b.nearest, "s-", label="round to nearest")
+    ax.loglog(t, b.stochastic[0] / np.sqrt(t), ":", color="gray", label="1/sqrt(T)")
+    ax.set_xlabel("copies averaged, T")
+    ax.set_ylabel("||mean - g|| / ||g||")
+    ax.set_title("unbiased: the average converges to the truth")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def tiny_updates(sums, ax=None):
+    """Running sum of a small repeated push, as each rounding delivers it."""
+    ax = _ax(ax, (5.5, 3.2))
+    steps = np.arange(1, len(sums["true"]) + 1)
+    ax.plot(steps, sums["true"], "k--", label="true sum")
+    ax.plot(steps, sums["stochastic"], label="stochastic rounding")
+    ax.plot(steps, sums["nearest"], label="round to nearest")
+    ax.set_xlabel("step")
+    ax.set_ylabel("total delivered")
+    ax.set_title(f"a push of {sums['true'][0]:.3g} per step, grid step {sums['step']:.3g}")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def variance(rows, ax=None):
+    """QSGD: measured E||Q(x)-x||^2/||x||^2 beside the bound, per number of levels."""
+    ax = _ax(ax, (5.5, 3.5))
+    pos = np.arange(len(rows))
+    ax.bar(pos - 0.2, [r.measured for r in rows], 0.4, label="measured")
+    ax.bar(pos + 0.2, [r.bound for r in rows], 0.4, label="bound min(d/s², √d/s)")
+    ax.set_xticks(pos, [f"s={r.levels}\n{r.bits} bit" for r in rows])
+    ax.set_yscale("log")
+    ax.set_ylabel("variance / ||x||²")
+    ax.set_title("QSGD: measured variance under the bound")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def training(histories, fig=None, metric: str = "accuracy"):
+    """Held-out metric against steps and against MB sent per worker, one line per run."""
+    fig, (a, b) = _fig(fig, (10, 3.5), ncols=2)
+    for h in histories:
+        ys = h.evals[metric]
+        style = {"color": "k", "ls": "--"} if h.scheme == "dense" else {}
+        a.plot(h.eval_steps, ys, label=h.scheme, **style)
+        cum = np.concatenate([[0.0], np.cumsum(h.bytes_per_worker)]) / 1e6
+        pts = [(cum[s], y) for s, y in zip(h.eval_steps, ys) if s > 0]   # 0 bytes has no log position
+        b.plot([p[0] for p in pts], [p[1] for p in pts], label=h.scheme, **style)
+    a.set_xlabel("step")
+    b.set_xlabel("MB sent per worker (log scale)")
+    b.set_xscale("log")
+    for ax in (a, b):
+        ax.set_ylabel(metric)
+        ax.legend(fontsize="small")
+    a.set_title("per step")
+    b.set_title("per byte sent")
+    fig.tight_layout()
+    return fig
+
+
+def stacked(rows, ax=None):
+    """Where the bytes of a sparse packet go: header, indices, values."""
+    ax = _ax(ax, (6.5, 2.8))
+    names = [r["scheme"] for r in rows]
+    left = np.zeros(len(rows))
+    for part, color in (("header", "tab:gray"), ("indices", "tab:orange"), ("values", "tab:blue")):
+        vals = np.array([r[part] for r in rows], dtype=float)
+        ax.barh(names, vals, left=left, color=color, label=part)
+        left += vals
+    for i, r in enumerate(rows):
+        ax.text(left[i], i, f"  {r['bytes']} B, R={r['R']:.0f}x", va="center", fontsize=8)
+    ax.set_xlim(0, left.max() * 1.35)
+    ax.invert_yaxis()
+    ax.set_xlabel("bytes on the wire")
+    ax.legend(fontsize="small", loc="lower right")
+    return ax
+
+
+def snap(s, fig=None, show: int = 40):
+    """Top: `show` values on the number line snapping to the grid. Bottom: the error
+    histogram of the whole tensor, with the half-step bound."""
+    fig, (top, bottom) = _fig(fig, (8, 4.2), nrows=2, gridspec_kw={"height_ratios": [1.2, 1]})
+    x = s.x[:show].numpy()
+    y = s.y[:show].numpy()
+    grid = s.grid.numpy()
+    lo, hi = float(min(x.min(), y.min(), grid.min())), float(max(x.max(), y.max(), grid.max()))
+    if len(grid) <= 64:
+        top.vlines(grid, -0.4, 1.4, color="lightgray", lw=0.8, zorder=0)
+    else:
+        top.text(0.01, 0.9, f"{len(grid)} grid levels (too dense to draw)", transform=top.transAxes, fontsize=8)
+    from matplotlib.collections import LineCollection
+    top.add_collection(LineCollection([[(a, 1), (b, 0)] for a, b in zip(x, y)], colors="tab:gray", lw=0.6))
+    top.scatter(x, np.ones_like(x), s=14, color="tab:blue", label="sent", zorder=3)
+    top.scatter(y, np.zeros_like(y), s=14, color="tab:red", label="decoded", zorder=3)
+    top.set_yticks([0, 1], ["decoded", "original"])
+    top.set_xlim(lo - 0.05 * (hi - lo + 1e-12), hi + 0.05 * (hi - lo + 1e-12))
+    top.set_ylim(-0.4, 1.4)
+    top.set_title(f"{s.name}: {s.nbytes} bytes (R={s.ratio:.1f}x), relative error {s.rel_error:.3f}")
+    err = s.error.numpy()
+    bottom.hist(err, bins=60, color="tab:purple", alpha=0.8)
+    if s.half_step > 0:
+        for v in (-s.half_step, s.half_step):
+            bottom.axvline(v, color="tab:red", ls="--")
+        bottom.set_title(f"error of all {len(err)} entries; dashed: ± half a step (first chunk)", fontsize=9)
+    else:
+        bottom.set_title(f"error of all {len(err)} entries (1 bit: no grid bound)", fontsize=9)
+    bottom.set_xlabel("decoded - original")
+    spread = max(abs(err.min()), abs(err.max()), 1.2 * s.half_step, 1e-12)
+    bottom.set_xlim(-spread * 1.05, spread * 1.05)
+    if not math.isfinite(spread):
+        bottom.set_xlim(-1, 1)
+    fig.subplots_adjust(left=0.12, right=0.98, top=0.92, bottom=0.12, hspace=0.45)
+    return fig

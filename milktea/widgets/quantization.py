@@ -1,0 +1,42 @@
+"""The quantization chapter's view: values snapping to the grid as the bits change."""
+from __future__ import annotations
+
+import torch
+
+from ..experiments import quantization as exp
+from ..plots import quantization as plots
+from .figure_output import new_figure, show_figure
+
+# (label, entries per scale); 0 stands for one scale for the whole tensor
+CHUNKS = [("whole tensor", 0), ("4096", 4096), ("1024", 1024), ("256", 256), ("64", 64)]
+
+
+def snapping(x: torch.Tensor | None = None, bits: int = 4, chunk: int | None = 1024, show: int = 40):
+    """Sliders for bits per entry and chunk size (+ stochastic rounding) over a gradient `x`
+    (default: a real digits-MLP gradient). The figure shows the first `show` values moving
+    to their grid level, and the error histogram of every entry.
+
+    >>> view = snapping()          # doctest: +SKIP
+    >>> view                       # in a notebook: displays the controls and the figure
+    """
+    import ipywidgets as w
+    x = exp.digits_gradient() if x is None else x.detach().float().reshape(-1)
+    bits_s = w.SelectionSlider(options=list(exp.WIDTHS), value=bits, description="bits",
+                               continuous_update=False)
+    chunk_s = w.SelectionSlider(options=CHUNKS, value=chunk or 0, description="chunk",
+                                continuous_update=False)
+    stoch = w.Checkbox(value=False, description="stochastic rounding")
+    out = w.Output()
+
+    def update(_=None):
+        s = exp.snap(x, bits_s.value, chunk_s.value or None, stoch.value)
+        fig = new_figure((8, 4.2))
+        plots.snap(s, fig=fig, show=show)
+        show_figure(out, fig)
+
+    for c in (bits_s, chunk_s, stoch):
+        c.observe(update, names="value")
+    update()
+    box = w.VBox([w.HBox([bits_s, chunk_s, stoch]), out])
+    box.update = update          # for tests and for redrawing by hand
+    return box

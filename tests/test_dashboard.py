@@ -1,0 +1,81 @@
+"""The dashboard's records, tables and live run."""
+import pytest
+
+from milktea.experiments.dashboard import COMPLEXITY, STAGES, Recorder
+
+
+def test_recorder_builds_series_from_messages():
+    r = Recorder(batch=32, workers=2)
+    r(0, ("start", "all schemes", 6))
+    assert "waiting" in r.status
+    for step, (t, wire) in enumerate([(0.1, 1e6), (0.05, 1e6), (0.04, 1e6)]):
+        for label in ("dense all-reduce", "Sign+EF"):
+            r(0, ("step", {"label": label, "step": step, "step_s": t, "loss": 2.0 - step, "wire_bytes": wire}))
+    assert "6 of 6 steps" in r.status
+    r(0, ("done",))
+    s = r.series["dense all-reduce"]
+    assert s["step"] == [1, 2, 3]
+    assert s["throughput"] == pytest.approx([640, 1280, 1600])      # 64 samples per step
+    assert s["latency_ms"] == pytest.approx([100, 50, 40])
+    assert s["wire_mb"] == pytest.approx([1, 2, 3])
+    assert r.done == ["dense all-reduce", "Sign+EF"] and r.updates == 8
+    series, status = r.snapshot()
+    assert series == r.series and series is not r.series and "2 schemes done" in status
+
+
+def test_every_scheme_has_a_complexity():
+    schemes = pytest.importorskip("milktea.dist.schemes")
+    assert set(schemes.SCHEMES) <= set(COMPLEXITY)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_live_run_streams_records_and_tables():
+    pytest.importorskip("milktea.dist.compare")
+    from milktea import Sign
+    from milktea.experiments import dashboard as exp
+    seen = []
+    rec = Recorder(batch=16, workers=2)
+
+    def on_record(rank, msg):
+        seen.append(msg[0])
+        rec(rank, msg)
+
+    result = exp.live_run(["dense", "sign"], on_record, steps=5, hidden=64, batch=16, link_gbit=1.0)
+    assert seen.count("step") == 10 and seen.count("start") == 1 and seen[-1] == "done"
+    assert [len(s["step"]) for s in rec.series.values()] == [5, 5]
+    table = exp.evaluation(result)
+    assert [r["complexity"] for r in table] == [0, 4]
+    slow, fast = exp.repriced(result, 0.01), exp.repriced(result, 100.0)
+    assert slow[0]["step ms"] > fast[0]["step ms"]            # dense is link-bound on 10 Mbit/s
+    assert slow[1]["speedup"] > fast[1]["speedup"]            # compression pays more on slow links
+    stages = exp.stage_times(result, "sign", Sign())
+    assert [s["stage"] for s in stages] == list(STAGES)
+    assert all(s["seconds"] >= 0 for s in stages)
+    with pytest.raises(ValueError, match="no finished run"):
+        exp.stage_times(result, "topk")
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_dashboard_redraws_while_training():
+    pytest.importorskip("milktea.dist.compare")
+    from milktea.widgets.dashboard import Dashboard
+    # a slow link and a few hundred kB per step: the run lasts long enough to be watched
+    d = Dashboard(["dense", "sign"], steps=20, hidden=1024, link_gbit=0.1, redraw_s=0.05)
+    draws = []
+    original = d._draw
+
+    def counting():
+        draws.append(len(d.recorder.snapshot()[0]) if d.recorder else 0)
+        original()
+    d._draw = counting
+    before = d.whatif_out.outputs
+    d.run(batch=16)
+    assert len(draws) >= 4                        # before, during (more than once), after
+    assert any(0 < n for n in draws[1:-1])        # some redraw saw records mid-run
+    assert "2 schemes trained" in d.header.value
+    assert d.whatif_out.outputs != before         # the what-if view now re-prices the run
+    old = d.whatif_out.outputs
+    d.whatif.value = 10.0
+    assert d.whatif_out.outputs != old
