@@ -313,7 +313,7 @@ def test_compare_feedback_runs_three_schemes():
 
 @pytest.mark.parametrize("name", ["milktea.experiments.bottleneck", "milktea.experiments.compression",
                                   "milktea.experiments.topk", "milktea.experiments.ledger",
-                                  "milktea.experiments.report", "milktea.experiments.gradients",
+                                  "milktea.experiments.tables", "milktea.experiments.gradients",
                                   "milktea.widgets"])
 def test_docstring_examples_part1(name):
     import doctest
@@ -332,10 +332,10 @@ def test_averaged_error_random_k_is_unbiased_top_k_is_not():
 
 
 def test_markdown_table():
-    from milktea.experiments.report import markdown_table
+    from milktea.experiments.tables import markdown_table
     text = markdown_table([{"a": 1, "b": 0.123456}, {"a": 2, "b": 3.0}], formats={"a": "{:03d}"})
-    assert text.splitlines() == ["| a | b |", "|---|---|", "| 001 | 0.1235 |", "| 002 | 3 |"]
-    with pytest.raises(ValueError, match="no rows"):
+    assert text.splitlines() == ["| a | b |", "| --- | --- |", "| 001 | 0.123 |", "| 002 | 3 |"]
+    with pytest.raises(ValueError, match="at least one row"):
         markdown_table([])
     with pytest.raises(ValueError, match="not shown"):
         markdown_table([{"a": 1}], formats={"z": "{}"})

@@ -27,21 +27,38 @@ def fmt(v, digits: int = 3) -> str:
     return str(v)
 
 
-def markdown_table(rows: list[dict], columns: list[str] | None = None, digits: int = 3) -> str:
-    """A markdown table of `rows` (dicts); `columns` picks and orders the keys."""
+def markdown_table(rows: list[dict], columns: list[str] | None = None, digits: int = 3,
+                   formats: dict[str, str] | None = None) -> str:
+    """A markdown table of `rows` (dicts); `columns` picks and orders the keys; a column
+    named in `formats` uses that str.format pattern (e.g. {"R": "{:.1f}x"}), the others `fmt`.
+
+    >>> print(markdown_table([{"scheme": "int8", "R": 3.98}], formats={"R": "{:.1f}x"}))
+    | scheme | R |
+    | --- | --- |
+    | int8 | 4.0x |
+    """
     if not rows:
         raise ValueError("markdown_table needs at least one row")
-    columns = columns or list(rows[0])
+    columns = list(columns or rows[0])
+    formats = formats or {}
+    missing = [c for c in formats if c not in columns]
+    if missing:
+        raise ValueError(f"formats name columns that are not shown: {missing}; columns are {columns}")
+
+    def cell(row, c):
+        v = row.get(c)
+        return formats[c].format(v) if c in formats and v not in (None, "") else fmt(v, digits)
+
     lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
-    for r in rows:
-        lines.append("| " + " | ".join(fmt(r.get(c), digits) for c in columns) + " |")
+    lines += ["| " + " | ".join(cell(r, c) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
 
 
-def show(rows: list[dict], columns: list[str] | None = None, digits: int = 3):
+def show(rows: list[dict], columns: list[str] | None = None, digits: int = 3,
+         formats: dict[str, str] | None = None):
     """The table as an IPython Markdown object (displays as a table in a notebook)."""
     from IPython.display import Markdown
-    return Markdown(markdown_table(rows, columns, digits))
+    return Markdown(markdown_table(rows, columns, digits, formats))
 
 
 def html_table(rows: list[dict], columns: list[str] | None = None, digits: int = 3) -> str:
