@@ -126,13 +126,15 @@ def compare(names=schemes.COMPARE_DEFAULT, *, workers: int = 2, link_gbit: float
             hidden: int = 256, batch: int = 32, lr: float = 0.05, momentum: float = 0.9, ratio: float = 0.01,
             powersgd_rank: int = 4, seed: int = 0, bucket_cap_mb: float = 25.0,
             calibrate_sizes=DEFAULT_SIZES, interleave: bool | None = None,
-            progress: bool = True, timeout: float | None = None) -> Comparison:
+            progress: bool = True, on_message=None, timeout: float | None = None) -> Comparison:
     """Train with every scheme in `names` on `workers` local ranks; return a Comparison.
 
     link_gbit: emulated link speed (None: the real link as it is, e.g. loopback).
     netns_gbit: instead, a real link shaped by tc between network namespaces (root only).
     interleave: step the schemes in turns (fair on a busy machine; default: when all the
     models fit in half the free memory), else one scheme after another.
+    on_message: called as on_message(rank, message) with what rank 0 reports while it trains
+    (("start", ...), ("step", record), ("done",)): e.g. a live dashboard.
     """
     names = list(names)
     for n in names:
@@ -150,7 +152,12 @@ def compare(names=schemes.COMPARE_DEFAULT, *, workers: int = 2, link_gbit: float
     if interleave is None:
         from milktea.tasks import Digits
         interleave = fits_in_memory(len(names), Digits.features * hidden + hidden * 11 + 10, workers)
-    bars = _Progress(progress)
+    progress_bars = _Progress(progress)
+
+    def bars(rank, msg):
+        progress_bars(rank, msg)
+        if on_message is not None:
+            on_message(rank, msg)
     args = (cfg, names, link_gbit, latency_us, list(calibrate_sizes), interleave)
     try:
         if netns_gbit is not None:
@@ -163,7 +170,7 @@ def compare(names=schemes.COMPARE_DEFAULT, *, workers: int = 2, link_gbit: float
             where = (f"emulated {link_gbit:g} Gbit/s link, {latency_us:g} us latency" if link_gbit
                      else "the real link as it is (loopback)")
     finally:
-        bars.close()
+        progress_bars.close()
     model_link = cost.Link(*out["model_link"])
     for res in out["results"]:
         for rec in res.get("records", []):   # priced with the compute measured in the same round

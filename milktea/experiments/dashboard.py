@@ -103,34 +103,11 @@ def live_run(names, on_record=None, *, workers: int = 2, link_gbit: float | None
     trains; return the same `milktea.dist.report.Comparison` as `compare`. With `interleave`
     (the default when the models fit in memory) the schemes take turns step by step, so
     every curve grows at once and all of them see the same load."""
-    from ..dist import schemes
-    from ..dist.calibrate import DEFAULT_SIZES
-    from ..dist.compare import _worker, fits_in_memory
-    from ..dist.launch import launch
-    from ..dist.report import Comparison, predict_step
-    from ..dist.train import TrainConfig
-    from ..tasks import Digits
-    names = list(names)
-    for n in names:
-        if n not in schemes.SCHEMES:
-            raise ValueError(f"unknown scheme {n!r}; choose from {', '.join(schemes.SCHEMES)}")
-    if len(set(names)) != len(names) or not names:
-        raise ValueError(f"give each scheme once (and at least one), got {names}")
-    cfg = dict(steps=steps, hidden=hidden, batch=batch, lr=lr, momentum=momentum, ratio=ratio,
-               powersgd_rank=powersgd_rank, seed=seed)
-    TrainConfig(**cfg)
-    if interleave is None:
-        interleave = fits_in_memory(len(names), Digits.features * hidden + hidden * 11 + 10, workers)
-    out = launch(_worker, workers, (cfg, names, link_gbit, latency_us, list(DEFAULT_SIZES), interleave),
-                 on_message=on_record, timeout=timeout)
-    model_link = cost.Link(*out["model_link"])
-    for res in out["results"]:
-        for rec in res.get("records", []):
-            rec["predicted_s"] = predict_step(rec.get("compute", out["compute"]), rec, model_link, workers)
-    where = (f"emulated {link_gbit:g} Gbit/s link, {latency_us:g} us latency" if link_gbit
-             else "the real link as it is (loopback)")
-    where += ", schemes interleaved step by step" if out["interleaved"] else ", one scheme after another"
-    return Comparison(out["results"], model_link, out["compute"], where, workers, out["backend"], cfg)
+    from ..dist.compare import compare
+    return compare(names, workers=workers, link_gbit=link_gbit, latency_us=latency_us, steps=steps,
+                   hidden=hidden, batch=batch, lr=lr, momentum=momentum, ratio=ratio,
+                   powersgd_rank=powersgd_rank, seed=seed, interleave=interleave, progress=False,
+                   on_message=on_record, timeout=timeout)
 
 
 def evaluation(comparison) -> list[dict]:
