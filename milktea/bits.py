@@ -73,7 +73,6 @@ def unpack(packed: torch.Tensor, bits: int, n: int) -> torch.Tensor:
     packed = packed.reshape(-1)
     if bits == 8:
         return packed[:n]
-    per = 8 // bits
     shifts = torch.arange(0, 8, bits, dtype=torch.uint8, device=packed.device)
     codes = (packed[: packed_size(n, bits)].unsqueeze(1) >> shifts) & ((1 << bits) - 1)
     return codes.reshape(-1)[:n]

@@ -235,7 +235,6 @@ def dequantize(codes: torch.Tensor, scales: torch.Tensor, chunk: int, qmax: int,
 
 def sign_pack(x: torch.Tensor) -> torch.Tensor:
     """Pack the sign bits of a flat float32 tensor (1 = negative), 8 per byte."""
-    n = x.numel()
     return sign_pack_l1(x)[0]
 
 

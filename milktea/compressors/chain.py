@@ -7,8 +7,6 @@ the values, whole, header included).
 """
 from __future__ import annotations
 
-import torch
-
 from ..packet import CODECS, Packet, decode, register_decoder
 from .base import Compressor, to_bytes
 from .sparse import Sparsifier, sparse_decode, _decode_sparse
