@@ -18,6 +18,7 @@ _NAMES = {v: k for k, v in CODECS.items()}
 class Chain(Compressor):
     """Sparsify with `first`, then compress the values with `second`.
 
+    >>> import torch
     >>> from milktea import TopK, Quantize
     >>> c = Chain(TopK(ratio=0.1), Quantize(bits=8))
     >>> x = torch.randn(1000)
