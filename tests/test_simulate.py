@@ -12,6 +12,18 @@ from milktea.tasks import Digits, Quadratic
 RUN = dict(progress=False, device="cpu")
 
 
+def worker_grads(task, model, shards):
+    """One plain backward pass per worker on its whole shard: (per-worker grads, mean loss)."""
+    grads, step_loss = [], 0.0
+    for x, y in shards:
+        model.zero_grad()
+        loss = task.loss(model(x), y).mean()
+        loss.backward()
+        step_loss += loss.item() / len(shards)
+        grads.append([p.grad.clone() for p in model.parameters()])
+    return grads, step_loss
+
+
 def reference_sgd(task, workers, steps, lr, momentum=0.0):
     """Plain PyTorch: one backward pass per worker on its whole shard, average, SGD step."""
     model = task.model()
@@ -19,13 +31,7 @@ def reference_sgd(task, workers, steps, lr, momentum=0.0):
     shards = task.shards(workers)
     losses = []
     for _ in range(steps):
-        grads, step_loss = [], 0.0
-        for x, y in shards:
-            model.zero_grad()
-            loss = task.loss(model(x), y).mean()
-            loss.backward()
-            step_loss += loss.item() / workers
-            grads.append([p.grad.clone() for p in model.parameters()])
+        grads, step_loss = worker_grads(task, model, shards)
         for i, p in enumerate(model.parameters()):
             p.grad = sum(g[i] for g in grads) / workers
         opt.step()
@@ -209,13 +215,7 @@ def test_powersgd_matches_the_two_allreduce_algorithm():
     qs = [None] * len(params)
     losses = []
     for _ in range(steps):
-        grads, step_loss = [], 0.0
-        for x, y in shards:
-            model.zero_grad()
-            loss = task.loss(model(x), y).mean()
-            loss.backward()
-            step_loss += loss.item() / workers
-            grads.append([p.grad.clone() for p in params])
+        grads, step_loss = worker_grads(task, model, shards)
         losses.append(step_loss)
         with torch.no_grad():
             for i, p in enumerate(params):
