@@ -300,6 +300,19 @@ def calibrate(sizes_bytes, times_s, workers: int, collective: str = "allreduce")
     return Link(1.0 / beta, alpha)
 
 
+def fit_allreduce_link(sizes_bytes, times_s, workers: int) -> Link:
+    """:func:`calibrate` for ring all-reduce times, robust to noise on fast links: if the
+    least-squares fit is unphysical, alpha comes from the smallest message and B from the
+    largest (sizes in increasing order)."""
+    try:
+        return calibrate(sizes_bytes, times_s, workers, collective="allreduce")
+    except ValueError:
+        N = _workers(workers)
+        alpha = times_s[0] / (2 * (N - 1))
+        beta = max(times_s[-1] - 2 * (N - 1) * alpha, 1e-12) / (2 * (N - 1) / N * sizes_bytes[-1])
+        return Link(1.0 / beta, alpha)
+
+
 @dataclass
 class Scissors:
     """Compute and bandwidth, both relative to year 0, and the gap between them."""

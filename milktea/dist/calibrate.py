@@ -49,12 +49,4 @@ def calibrate_link(sizes=DEFAULT_SIZES, repeats: int = 3, emulated: EmulatedLink
                    group=None, device=None) -> "cost.Link":
     """A cost.Link fitted to dense all-reduces measured on this link (same on every rank)."""
     sizes, times = measure_allreduce(sizes, repeats, emulated, group, device)
-    N = dist.get_world_size(group)
-    try:
-        return cost.calibrate(sizes, times, N, collective="allreduce")
-    except ValueError:
-        # noisy fast links can make the least-squares latency negative: fall back to the
-        # smallest message for alpha and the largest for B
-        alpha = times[0] / (2 * (N - 1))
-        beta = max(times[-1] - 2 * (N - 1) * alpha, 1e-9) / (2 * (N - 1) / N * sizes[-1])
-        return cost.Link(1.0 / beta, alpha)
+    return cost.fit_allreduce_link(sizes, times, dist.get_world_size(group))

@@ -172,15 +172,7 @@ def _measure_worker(sizes, repeats):
     return {"sizes": sizes, "times": times, "backend": backend, "correct": correct}
 
 
-def fit_link(sizes, times, workers: int) -> cost.Link:
-    """alpha and B from measured ring all-reduce times; if noise makes the least-squares
-    fit unphysical, alpha from the smallest message and B from the largest."""
-    try:
-        return cost.calibrate(sizes, times, workers, collective="allreduce")
-    except ValueError:
-        alpha = times[0] / (2 * (workers - 1))
-        beta = max(times[-1] - 2 * (workers - 1) * alpha, 1e-12) / (2 * (workers - 1) / workers * sizes[-1])
-        return cost.Link(1.0 / beta, alpha)
+fit_link = cost.fit_allreduce_link   # alpha and B from measured ring all-reduce times
 
 
 def measure_local_allreduce(sizes=DEFAULT_SIZES, workers: int = 2, repeats: int = 5,
