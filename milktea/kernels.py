@@ -45,6 +45,14 @@ BLOCK = 1 << 15   # entries per parallel work item in the loops below
 if HAVE_NUMBA:
     # Loops are written over slices (xs[i] for i in range(len)), which LLVM vectorizes;
     # indexing the full array with offsets (x[s + i]) runs about twice slower.
+    @njit(fastmath=True, cache=True, nogil=True)
+    def _absmax_scale(xs, qmax):  # pragma: no cover - compiled, inlined by LLVM
+        """(scale, 1/scale) of one chunk: scale = max|x| / qmax."""
+        m = np.float32(0.0)
+        for i in range(xs.size):
+            m = max(m, abs(xs[i]))
+        return m / np.float32(qmax), np.float32(qmax) / max(m, np.float32(1e-38))
+
     @njit(parallel=True, fastmath=True, cache=True, nogil=True)
     def _nb_quantize(x, chunk, qmax, codes, scales):  # pragma: no cover - compiled
         n = x.size
@@ -54,11 +62,7 @@ if HAVE_NUMBA:
             e = min(s + chunk, n)
             xs = x[s:e]
             cs = codes[s:e]
-            m = np.float32(0.0)
-            for i in range(e - s):
-                m = max(m, abs(xs[i]))
-            scales[c] = m / np.float32(qmax)
-            inv = np.float32(qmax) / max(m, np.float32(1e-38))
+            scales[c], inv = _absmax_scale(xs, qmax)
             for i in range(e - s):
                 cs[i] = np.uint8(np.int32(xs[i] * inv + off))
 
@@ -85,11 +89,7 @@ if HAVE_NUMBA:
             s = c * chunk
             e = min(s + chunk, n)
             xs = x[s:e]
-            m = np.float32(0.0)
-            for i in range(e - s):
-                m = max(m, abs(xs[i]))
-            scales[c] = m / np.float32(qmax)
-            inv = np.float32(qmax) / max(m, np.float32(1e-38))
+            scales[c], inv = _absmax_scale(xs, qmax)
             ob = out[s * bits // 8:(e * bits + 7) // 8]
             whole = (e - s) // per
             if bits == 4:
