@@ -16,7 +16,7 @@ from .packet import Packet, decode
 from .simulate import History, SeedDemo, seed_demo, simulate
 from .tasks import Digits, Quadratic, Task
 from . import ddp  # noqa: E402  (milktea.ddp.compress: DDP communication hooks)
-from .dist import EmulatedLink, WorkerError, launch
+from .distributed import EmulatedLink, WorkerError, launch
 
 __version__ = "0.1.0"
 

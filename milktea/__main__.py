@@ -11,7 +11,7 @@ import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("milktea.device:doctor", "versions, CUDA/NCCL/gloo, chosen device, cores, widgets"),
-    "compare": ("milktea.dist.compare:main", "train one model on one link with every gradient-sending scheme"),
+    "compare": ("milktea.distributed.compare:main", "train one model on one link with every gradient-sending scheme"),
 }
 
 

@@ -6,11 +6,11 @@
     state = milktea.ddp.compress(model, TopK(ratio=0.01), error_feedback=True)
     state.stats.last                     # bytes, ratio, compress/communicate/decode time
 
-See milktea.dist.hooks.compress for the options (min_size, dense, start_step, link,
-policy="auto", ...) and milktea.dist.link.EmulatedLink for a slow link on a laptop.
+See milktea.distributed.hooks.compress for the options (min_size, dense, start_step, link,
+policy="auto", ...) and milktea.distributed.link.EmulatedLink for a slow link on a laptop.
 """
-from milktea.dist.hooks import CompressionState, compress
-from milktea.dist.link import EmulatedLink
+from milktea.distributed.hooks import CompressionState, compress
+from milktea.distributed.link import EmulatedLink
 
 
 def dense(model, **options) -> CompressionState:

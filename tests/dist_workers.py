@@ -64,7 +64,7 @@ def hooks_vs_reference(specs, steps=4, bucket_cap_mb=0.004):
     (PowerSGD: the shared-basis algorithm in float64)."""
     import copy
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from milktea.dist import hooks, families
+    from milktea.distributed import hooks, families
     from milktea.compressors import PowerSGD
     rank, N = dist.get_rank(), dist.get_world_size()
     out = {}
@@ -156,7 +156,7 @@ def state_round_trip(comp, ef):
     original's state_dict (after one dense settling step of its own)."""
     import copy
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from milktea.dist import hooks
+    from milktea.distributed import hooks
     rank = dist.get_rank()
     net = _net()
     model = DDP(net, bucket_cap_mb=0.004)
@@ -190,7 +190,7 @@ def state_round_trip(comp, ef):
 def start_step_check(start_step):
     """Per step: compressed or not, and |hook average - exact mean| (0 while dense)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from milktea.dist import hooks
+    from milktea.distributed import hooks
     from milktea.compressors import TopK
     rank = dist.get_rank()
     net = _net()
@@ -212,9 +212,9 @@ def emulated_collectives(bandwidth, latency, nbytes):
     and PyTorch's fp16 hook, through an emulated link."""
     import time as _t
     from milktea import cost
-    from milktea.dist.comm import Comm
-    from milktea.dist.link import EmulatedLink, emulate_torch_collectives
-    from milktea.dist.stats import StatsLog
+    from milktea.distributed.comm import Comm
+    from milktea.distributed.link import EmulatedLink, emulate_torch_collectives
+    from milktea.distributed.stats import StatsLog
     link = EmulatedLink(cost.Link(bandwidth, latency))
     N = dist.get_world_size()
     log = StatsLog()
@@ -249,7 +249,7 @@ def emulated_collectives(bandwidth, latency, nbytes):
 
 def nan_gradient():
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from milktea.dist import hooks
+    from milktea.distributed import hooks
     from milktea.compressors import TopK
     model = DDP(_net())
     hooks.compress(model, TopK(0.1), min_size=0)
@@ -264,7 +264,7 @@ def nan_gradient():
 def shaped_allreduce(nbytes):
     """Inside network namespaces: time a dense all-reduce, calibrate the cost model."""
     import time as _t
-    from milktea.dist.calibrate import calibrate_link
+    from milktea.distributed.calibrate import calibrate_link
     t = torch.ones(nbytes // 4)
     dist.all_reduce(t)                     # connect, warm up
     t.fill_(dist.get_rank() + 1)

@@ -24,14 +24,14 @@ def test_recorder_builds_series_from_messages():
 
 
 def test_every_scheme_has_a_complexity():
-    schemes = pytest.importorskip("milktea.dist.schemes")
+    schemes = pytest.importorskip("milktea.distributed.schemes")
     assert set(schemes.SCHEMES) <= set(COMPLEXITY)
 
 
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
 def test_live_run_streams_records_and_tables():
-    pytest.importorskip("milktea.dist.compare")
+    pytest.importorskip("milktea.distributed.compare")
     from milktea import Sign
     from milktea.experiments import dashboard as exp
     seen = []
@@ -59,7 +59,7 @@ def test_live_run_streams_records_and_tables():
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
 def test_dashboard_redraws_while_training():
-    pytest.importorskip("milktea.dist.compare")
+    pytest.importorskip("milktea.distributed.compare")
     from milktea.widgets.dashboard import Dashboard
     # a slow link and a few hundred kB per step: the run lasts long enough to be watched
     d = Dashboard(["dense", "sign"], steps=20, hidden=1024, link_gbit=0.1, redraw_s=0.05)

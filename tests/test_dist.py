@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from milktea import QSGD, Cast, Chain, Identity, PowerSGD, Quantize, RandomK, Sign, TernGrad, TopK
-from milktea.dist import WorkerError, default_threads, launch
+from milktea.distributed import WorkerError, default_threads, launch
 
 sys.path.insert(0, os.path.dirname(__file__))
 import dist_workers as w  # noqa: E402  (workers import it by this name)
@@ -170,7 +170,7 @@ def test_train_entry_point_with_local_workers_and_under_torchrun(tmp_path):
 
 
 def test_compare_table_jsonl_and_plots(tmp_path):
-    from milktea.dist.compare import compare
+    from milktea.distributed.compare import compare
     res = compare(["dense", "torch-fp16", "topk", "auto"], link_gbit=0.5, steps=5, hidden=32,
                   progress=False, timeout=170, calibrate_sizes=(4096, 1 << 18))
     rows = {r["scheme"]: r for r in res.rows}

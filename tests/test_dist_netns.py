@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from milktea.dist import launch
-from milktea.dist.netns import NetnsLink, unavailable_reason
+from milktea.distributed import launch
+from milktea.distributed.netns import NetnsLink, unavailable_reason
 
 sys.path.insert(0, os.path.dirname(__file__))
 import dist_workers as w  # noqa: E402

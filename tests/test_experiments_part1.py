@@ -97,7 +97,7 @@ def test_seconds_in_words():
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
 def test_real_allreduce_between_two_processes():
-    pytest.importorskip("milktea.dist")
+    pytest.importorskip("milktea.distributed")
     m = B.measure_local_allreduce(sizes=(4096, 1 << 20), workers=2, repeats=2)
     assert m.correct and m.backend in ("gloo", "nccl")
     assert len(m.times) == 2 and all(t > 0 for t in m.times)

@@ -158,10 +158,10 @@ class AllReduceMeasurement:
 
 
 def _measure_worker(sizes, repeats):
-    """Runs on every rank (inside milktea.dist.launch): time the all-reduces, check a sum."""
+    """Runs on every rank (inside milktea.distributed.launch): time the all-reduces, check a sum."""
     import torch.distributed as dist
 
-    from ..dist.calibrate import measure_allreduce
+    from ..distributed.calibrate import measure_allreduce
     backend = dist.get_backend()
     device = torch.device("cuda", dist.get_rank()) if backend == "nccl" else torch.device("cpu")
     sizes, times = measure_allreduce(sizes, repeats, device=device)
@@ -181,9 +181,9 @@ def measure_local_allreduce(sizes=DEFAULT_SIZES, workers: int = 2, repeats: int 
     float32 all-reduce of each size (bytes; median of `repeats`, the slowest rank's), and
     fit the cost model's alpha and bandwidth to the times."""
     try:
-        from ..dist import launch
+        from ..distributed import launch
     except ImportError as e:     # the multi-process runtime is a separate part of the package
-        raise ImportError(f"measure_local_allreduce needs milktea.dist (the multi-process runtime): {e}") from e
+        raise ImportError(f"measure_local_allreduce needs milktea.distributed (the multi-process runtime): {e}") from e
     _int("workers", workers, 2), _int("repeats", repeats, 1)
     sizes = [int(s) for s in sizes]
     if len(set(sizes)) < 2 or min(sizes) < 4:

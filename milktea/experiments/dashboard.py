@@ -7,7 +7,7 @@ the evaluation table.
     rec.series["dense all-reduce"]["throughput"]     # samples per second, one per step
     evaluation(result)                               # speed, bytes, accuracy, complexity
 
-`live_run` launches the same worker as `milktea.dist.compare` (calibration, compute
+`live_run` launches the same worker as `milktea.distributed.compare` (calibration, compute
 profile, then every scheme in turn) with a message channel of its own, so each step's
 record reaches `on_record` while the workers go on training.
 """
@@ -52,7 +52,7 @@ class Recorder:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def __call__(self, rank: int, msg) -> None:
-        """The on_message callback of milktea.dist.launch (rank 0's messages)."""
+        """The on_message callback of milktea.distributed.launch (rank 0's messages)."""
         with self._lock:
             self._take(msg)
 
@@ -100,10 +100,10 @@ def live_run(names, on_record=None, *, workers: int = 2, link_gbit: float | None
              timeout: float | None = None):
     """Train every scheme in `names` on `workers` local ranks over an emulated link (None:
     loopback), calling `on_record(rank, message)` with each message rank 0 sends while it
-    trains; return the same `milktea.dist.report.Comparison` as `compare`. With `interleave`
+    trains; return the same `milktea.distributed.report.Comparison` as `compare`. With `interleave`
     (the default when the models fit in memory) the schemes take turns step by step, so
     every curve grows at once and all of them see the same load."""
-    from ..dist.compare import compare
+    from ..distributed.compare import compare
     return compare(names, workers=workers, link_gbit=link_gbit, latency_us=latency_us, steps=steps,
                    hidden=hidden, batch=batch, lr=lr, momentum=momentum, ratio=ratio,
                    powersgd_rank=powersgd_rank, seed=seed, interleave=interleave, progress=False,
@@ -127,7 +127,7 @@ def evaluation(comparison) -> list[dict]:
 def repriced(comparison, gbit: float, latency: float | None = None) -> list[dict]:
     """Each scheme's step time and throughput if the same run had a `gbit` link: measured
     compute and codec time, the collectives it issued priced by the cost model."""
-    from ..dist.report import predict_step
+    from ..distributed.report import predict_step
     latency = comparison.model_link.latency if latency is None else latency
     link = cost.Link.gbit(gbit, latency)
     batch = comparison.config["batch"] * comparison.workers

@@ -283,11 +283,11 @@ def accumulation_runs(task, accumulate=(1, 2, 4, 8), micro_batch: int = 16, samp
 # --- re-pricing a measured comparison on other links --------------------------------------
 
 def reprice(comparison, gbits, latency: float | None = None, skip: int | None = None) -> dict:
-    """Step time of each scheme of a measured `milktea.dist.compare` run, re-priced on links
+    """Step time of each scheme of a measured `milktea.distributed.compare` run, re-priced on links
     of other bandwidths: the measured compute and codec time stay, the collectives each step
     really issued are priced by the cost model. Returns {"gbit": [...], label: [speedup over
     dense, ...]}."""
-    from ..dist.report import predict_step
+    from ..distributed.report import predict_step
     latency = comparison.model_link.latency if latency is None else latency
     skip = comparison.skip if skip is None else skip
     times = {}

@@ -1,8 +1,8 @@
 """Measure the overlap of backward and communication in a real DDP run with milktea's hook.
 
-Run on every rank by `milktea.dist.launch` (this module is importable by the workers):
+Run on every rank by `milktea.distributed.launch` (this module is importable by the workers):
 
-    from milktea.dist import launch
+    from milktea.distributed import launch
     from milktea.experiments.overlap_probe import probe
     out = launch(probe, 2, kwargs=dict(link_gbit=1.0))
     out["runs"]["4 MB buckets"][-1]     # the last step: forward, per bucket (ready, done), end
@@ -61,7 +61,7 @@ def _call(stamps, bucket):  # no annotations: DDP inspects them
 
 def _one_setting(model_kw, batch, steps, bucket_mb, link, compressor, seed, device):
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from milktea.dist.hooks import CompressionState
+    from milktea.distributed.hooks import CompressionState
     import torch.distributed as dist
     net = deep_mlp(**model_kw, seed=seed).to(device)
     model = DDP(net, bucket_cap_mb=bucket_mb, device_ids=[device.index] if device.type == "cuda" else None)
@@ -103,9 +103,9 @@ def probe(width: int = 1024, depth: int = 4, batch: int = 256, steps: int = 4, l
     bucket MB) setting for `steps` steps and return the per-step time stamps (rank 0's are
     what launch hands back)."""
     import torch.distributed as dist
-    from milktea.dist.calibrate import calibrate_link
-    from milktea.dist.link import EmulatedLink
-    from milktea.dist.train import device_for_rank
+    from milktea.distributed.calibrate import calibrate_link
+    from milktea.distributed.link import EmulatedLink
+    from milktea.distributed.train import device_for_rank
     device = device_for_rank()
     fitted = calibrate_link((256 << 10, 2 << 20, 8 << 20), repeats=3,
                             emulated=EmulatedLink.gbit(link_gbit, latency_us * 1e-6), device=device)

@@ -1,7 +1,7 @@
 """Run one function on N local worker processes joined by torch.distributed.
 
-    from milktea.dist import launch
-    from milktea.dist.examples import allreduce_sum
+    from milktea.distributed import launch
+    from milktea.distributed.examples import allreduce_sum
     launch(allreduce_sum, nprocs=2)          # -> what rank 0 returned
 
 The function must live in an importable module (not in a notebook cell): each worker
@@ -11,7 +11,7 @@ LOCAL_RANK are set as torchrun would set them, and the thread count is cores // 
 
 If a rank raises, the others are stopped at once and the parent raises `WorkerError`
 naming that rank, with its traceback. No worker is left running.
-From the shell:  python -m milktea.dist -n 2 milktea.dist.examples:allreduce_sum
+From the shell:  python -m milktea.distributed -n 2 milktea.distributed.examples:allreduce_sum
 """
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def _worker(rank: int, world: int, conn, cfg: dict) -> None:
     _die_with_parent()
     try:
         if cfg["netns"]:
-            from milktea.dist.netns import enter_namespace
+            from milktea.distributed.netns import enter_namespace
             enter_namespace(cfg["netns"][rank])
         os.environ.update(cfg["env"])
         os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
@@ -186,7 +186,7 @@ def launch(fn: Callable, nprocs: int = 2, args: tuple = (), kwargs: dict | None 
     timeout: seconds for the whole run (None: no limit) before every worker is killed
     and TimeoutError raised. collective_timeout: how long a collective may wait for a
     peer. on_message(rank, obj) receives what workers send with `report(obj)`.
-    netns: a `milktea.dist.netns.NetnsLink` to run each rank in its own network namespace.
+    netns: a `milktea.distributed.netns.NetnsLink` to run each rank in its own network namespace.
     """
     _check_function(fn)
     if not isinstance(nprocs, int) or nprocs < 1:
@@ -297,7 +297,7 @@ def _load(spec: str) -> Callable:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m milktea.dist", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m milktea.distributed", description=__doc__.split("\n")[0])
     ap.add_argument("function", help="package.module:function to run on every rank")
     ap.add_argument("-n", "--nproc", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])

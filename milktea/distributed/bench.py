@@ -1,4 +1,4 @@
-"""`python -m milktea.dist.bench`: the distributed targets, measured side by side.
+"""`python -m milktea.distributed.bench`: the distributed targets, measured side by side.
 
 1. speed: 2 workers, a ~25M-parameter digits MLP, an emulated 1 Gbit/s link, every scheme:
    Top-1%+EF should be >= 4x faster per step than dense, within 15% of the calibrated cost
@@ -15,7 +15,7 @@ import argparse
 import json
 import os
 
-from milktea.dist.compare import compare
+from milktea.distributed.compare import compare
 
 SPEED = ("dense", "torch-fp16", "torch-powersgd", "topk", "topk-approx", "int8", "sign", "topk-int8",
          "powersgd", "auto")
@@ -89,7 +89,7 @@ def run(hidden: int = 337_000, speed_steps: int = 8, accuracy_steps: int = 150, 
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m milktea.dist.bench", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m milktea.distributed.bench", description=__doc__.split("\n")[0])
     ap.add_argument("--hidden", type=int, default=337_000, help="MLP width (337000: ~25M parameters)")
     ap.add_argument("--speed-steps", type=int, default=8)
     ap.add_argument("--accuracy-steps", type=int, default=150)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from milktea.compressors import QSGD, Cast, Chain, PowerSGD, Quantize, RandomK, Sign, TernGrad, TopK
-from milktea.dist import hooks
-from milktea.dist.link import EmulatedLink, torch_hook_proxy
-from milktea.dist.stats import StatsLog
+from milktea.distributed import hooks
+from milktea.distributed.link import EmulatedLink, torch_hook_proxy
+from milktea.distributed.stats import StatsLog
 
 # name: (label, compressor factory(ratio, rank), error feedback)
 MILKTEA = {

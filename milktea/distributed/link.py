@@ -1,6 +1,6 @@
 """An emulated slow link: every collective takes at least what the link would take.
 
-    from milktea.dist.link import EmulatedLink
+    from milktea.distributed.link import EmulatedLink
     link = EmulatedLink.gbit(1)                  # 1 Gbit/s, 50 us per message
     state = milktea.ddp.compress(model, TopK(0.01), link=link)
 

@@ -5,7 +5,7 @@ Under torchrun (one node or many):
 Without torchrun (starts local workers itself):
     python -m milktea.train --nproc 2 --scheme powersgd --link 1gbit
 From Python:
-    from milktea.dist.train import TrainConfig, train
+    from milktea.distributed.train import TrainConfig, train
     launch(train, 2, args=(TrainConfig(scheme="topk"),))     # rank 0's summary dict
 """
 from __future__ import annotations
@@ -20,12 +20,12 @@ from dataclasses import asdict, dataclass, fields
 import torch
 import torch.distributed as dist
 
-from milktea.dist import schemes
+from milktea.distributed import schemes
 
 
 @dataclass
 class TrainConfig:
-    scheme: str = "dense"          # see milktea.dist.schemes.SCHEMES
+    scheme: str = "dense"          # see milktea.distributed.schemes.SCHEMES
     ratio: float = 0.01            # Top-K / Random-K share kept
     powersgd_rank: int = 4
     steps: int = 100
@@ -61,7 +61,7 @@ def device_for_rank() -> torch.device:
 
 
 def emulated_link(cfg: TrainConfig):
-    from milktea.dist.link import EmulatedLink
+    from milktea.distributed.link import EmulatedLink
     return None if cfg.link_gbit is None else EmulatedLink.gbit(cfg.link_gbit, cfg.latency_us * 1e-6)
 
 
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     a = _parse(argv if argv is not None else sys.argv[1:])
     cfg = TrainConfig(**{f.name: getattr(a, f.name) for f in fields(TrainConfig)})
     if "RANK" in os.environ and a.nproc is None:   # under torchrun: join its process group
-        from milktea.dist.launch import pick_backend
+        from milktea.distributed.launch import pick_backend
         backend = "nccl" if pick_backend(int(os.environ.get("LOCAL_WORLD_SIZE", 1))) == "nccl" else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
         if int(os.environ["RANK"]) == 0:
             _print_summary(res, a.log)
         return
-    from milktea.dist.launch import WorkerError, launch
+    from milktea.distributed.launch import WorkerError, launch
     try:
         res = launch(train, a.nproc or 2, args=(cfg,))
     except WorkerError as e:

@@ -11,8 +11,8 @@ import torch
 import torch.distributed as dist
 
 from milktea import cost
-from milktea.dist.comm import Comm
-from milktea.dist.link import EmulatedLink
+from milktea.distributed.comm import Comm
+from milktea.distributed.link import EmulatedLink
 
 # The fit weighs relative errors: one small message for the latency, three large ones (up
 # to 32 MiB) so that per-call overheads on a fast local link do not blur the bandwidth.

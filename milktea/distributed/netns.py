@@ -1,6 +1,6 @@
 """A real, shaped network between local ranks (Linux, root): network namespaces and tc.
 
-    from milktea.dist.netns import NetnsLink
+    from milktea.distributed.netns import NetnsLink
     with NetnsLink(workers=2, rate_bits=1e9) as net:       # 1 Gbit/s each way, each rank
         launch(my_fn, 2, netns=net)
 

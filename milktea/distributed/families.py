@@ -236,6 +236,6 @@ def decide(state, plan, buf, step) -> str:
     if state.policy != "auto":
         return "compress"
     if plan.decision is None:
-        from milktea.dist.policy import decide_bucket
+        from milktea.distributed.policy import decide_bucket
         plan.decision = decide_bucket(state, plan, buf, step)
     return plan.decision

@@ -1,6 +1,6 @@
 """`python -m milktea compare`: one model, one link, every way of sending the gradient.
 
-    from milktea.dist.compare import compare
+    from milktea.distributed.compare import compare
     result = compare(link_gbit=1.0, steps=20)    # 2 workers, emulated 1 Gbit/s link
     print(result.table())
     result.save("results/compare")               # JSON Lines, summary JSON, plots
@@ -21,10 +21,10 @@ import traceback
 import torch.distributed as dist
 
 from milktea import cost
-from milktea.dist import schemes
-from milktea.dist.calibrate import DEFAULT_SIZES
-from milktea.dist.launch import launch, report
-from milktea.dist.report import Comparison, predict_step
+from milktea.distributed import schemes
+from milktea.distributed.calibrate import DEFAULT_SIZES
+from milktea.distributed.launch import launch, report
+from milktea.distributed.report import Comparison, predict_step
 
 # schemes that PyTorch itself refuses or breaks in some set-ups: a failure is reported, not raised
 OPTIONAL = ("torch-bf16", "torch-batched-powersgd")
@@ -63,9 +63,9 @@ def fits_in_memory(n_schemes: int, params: int, workers: int) -> bool:
 
 def _worker(cfg: dict, names: list[str], link_gbit, latency_us: float, calibrate_sizes,
             interleave: bool):
-    from milktea.dist.calibrate import calibrate_link
-    from milktea.dist.link import EmulatedLink
-    from milktea.dist.train import ComputeProbe, Run, TrainConfig, device_for_rank
+    from milktea.distributed.calibrate import calibrate_link
+    from milktea.distributed.link import EmulatedLink
+    from milktea.distributed.train import ComputeProbe, Run, TrainConfig, device_for_rank
     rank = dist.get_rank()
     emulated = EmulatedLink.gbit(link_gbit, latency_us * 1e-6) if link_gbit else None
     model_link = calibrate_link(calibrate_sizes, emulated=emulated, device=device_for_rank())
@@ -147,7 +147,7 @@ def compare(names=schemes.COMPARE_DEFAULT, *, workers: int = 2, link_gbit: float
     cfg = dict(steps=steps, hidden=hidden, batch=batch, lr=lr, momentum=momentum, ratio=ratio,
                powersgd_rank=powersgd_rank,
                seed=seed, bucket_cap_mb=bucket_cap_mb)
-    from milktea.dist.train import TrainConfig
+    from milktea.distributed.train import TrainConfig
     TrainConfig(**cfg)   # check the settings here, before any worker starts
     if interleave is None:
         from milktea.tasks import Digits
@@ -161,7 +161,7 @@ def compare(names=schemes.COMPARE_DEFAULT, *, workers: int = 2, link_gbit: float
     args = (cfg, names, link_gbit, latency_us, list(calibrate_sizes), interleave)
     try:
         if netns_gbit is not None:
-            from milktea.dist.netns import NetnsLink
+            from milktea.distributed.netns import NetnsLink
             with NetnsLink(workers, rate_bits=netns_gbit * 1e9) as net:
                 out = launch(_worker, workers, args, on_message=bars, netns=net, timeout=timeout)
             where = f"{netns_gbit:g} Gbit/s tc-shaped veth link between network namespaces"

@@ -24,10 +24,10 @@ from typing import Callable, Sequence
 
 import torch
 
-from milktea.dist import families
-from milktea.dist.comm import Comm
-from milktea.dist.link import EmulatedLink
-from milktea.dist.stats import StatsLog
+from milktea.distributed import families
+from milktea.distributed.comm import Comm
+from milktea.distributed.link import EmulatedLink
+from milktea.distributed.stats import StatsLog
 
 
 @dataclass

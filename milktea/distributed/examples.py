@@ -1,11 +1,11 @@
 """Small worker functions for notebooks and the shell (launch needs importable functions).
 
-    from milktea.dist import launch
-    from milktea.dist.examples import allreduce_sum, allreduce_times
+    from milktea.distributed import launch
+    from milktea.distributed.examples import allreduce_sum, allreduce_times
     launch(allreduce_sum, 4)                     # {'world': 4, 'sum': 10.0, ...}
     launch(allreduce_times, 2, kwargs=dict(link_gbit=1.0))   # sizes, seconds, fitted link
 
-    python -m milktea.dist -n 2 milktea.dist.examples:allreduce_sum
+    python -m milktea.distributed -n 2 milktea.distributed.examples:allreduce_sum
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ def allreduce_times(sizes=(4 << 10, 64 << 10, 1 << 20, 8 << 20, 32 << 20), repea
     """Time a dense float32 all-reduce of each size (bytes) on the real link or an emulated
     one, and fit the cost model's alpha (latency) and B (bandwidth) to the times."""
     from milktea import cost
-    from milktea.dist.calibrate import measure_allreduce
-    from milktea.dist.link import EmulatedLink
+    from milktea.distributed.calibrate import measure_allreduce
+    from milktea.distributed.link import EmulatedLink
     link = EmulatedLink.gbit(link_gbit, latency_us * 1e-6) if link_gbit else None
     sizes, times = measure_allreduce(sizes, repeats, emulated=link)
     N = dist.get_world_size()

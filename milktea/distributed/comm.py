@@ -8,8 +8,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from milktea.dist.link import EmulatedLink, allgather_wire_bytes, allreduce_wire_bytes
-from milktea.dist.stats import StatsLog
+from milktea.distributed.link import EmulatedLink, allgather_wire_bytes, allreduce_wire_bytes
+from milktea.distributed.stats import StatsLog
 
 # torch >= 2.10 renamed all_gather_into_tensor (the old name warns); older torch lacks the new one
 _all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -20,7 +20,7 @@ class Comm:
 
     def __init__(self, group=None, link: EmulatedLink | None = None, log: StatsLog | None = None):
         if link is not None and not isinstance(link, EmulatedLink):
-            raise TypeError(f"link must be a milktea.dist.EmulatedLink (e.g. EmulatedLink.gbit(1)) or None, "
+            raise TypeError(f"link must be a milktea.distributed.EmulatedLink (e.g. EmulatedLink.gbit(1)) or None, "
                             f"got {type(link).__name__}")
         self.group, self.link, self.log = group, link, log
         self.world = dist.get_world_size(group)

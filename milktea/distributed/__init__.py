@@ -1,0 +1,12 @@
+"""Multi-process runtime: launcher, DDP communication hooks, slow links, comparison.
+
+    from milktea.distributed import launch, compress, EmulatedLink, compare
+"""
+from milktea.distributed.compare import compare
+from milktea.distributed.hooks import CompressionState, compress
+from milktea.distributed.launch import WorkerError, default_threads, launch
+from milktea.distributed.link import EmulatedLink
+from milktea.distributed.netns import NetnsLink
+
+__all__ = ["CompressionState", "EmulatedLink", "NetnsLink", "WorkerError", "compare", "compress",
+           "default_threads", "launch"]
