@@ -200,7 +200,7 @@ def test_public_names_resolve_on_first_use():
         assert getattr(milktea, name) is not None, name
     assert callable(milktea.simulate), "milktea.simulate is the function, not the module"
     with pytest.raises(AttributeError, match="no attribute 'TopKK'"):
-        milktea.TopKK
+        _ = milktea.TopKK
 
 
 def test_a_submodule_import_keeps_the_public_function():

@@ -16,7 +16,7 @@ import torch
 from .. import cost
 from .. import index as index_codec
 from ..checks import check_grad, check_positive_int, check_ratio
-from ..compressors import Compressor, TopK
+from ..compressors import TopK
 from ..timing import codec_seconds  # noqa: F401  (re-exported: the chapters call it from here)
 
 
