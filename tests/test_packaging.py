@@ -131,3 +131,10 @@ def test_one_way_to_strip_and_lint(repo_root):
     assert "--keep-id" in (repo_root / "tests" / "test_notebooks.py").read_text()
     dry = subprocess.run(["make", "-n", "strip"], cwd=repo_root, capture_output=True, text=True, timeout=60)
     assert dry.returncode == 0 and "notebooks/" in dry.stdout, f"make -n strip:\n{dry.stdout}{dry.stderr}"
+
+
+def test_license_is_the_one_pyproject_names(repo_root):
+    text = (repo_root / "LICENSE").read_text()
+    project = tomllib.loads((repo_root / "pyproject.toml").read_text())["project"]
+    assert text.startswith("MIT License") and "the milktea authors" in text
+    assert project["license"] == {"text": "MIT"}, "pyproject.toml and LICENSE name different licenses"
