@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass, field
 
 from . import cost
+from .tables import markdown_table
+from .timing import codec_seconds, median, time_it
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,6 @@ class Advice:
         return self.rows
 
     def _repr_markdown_(self) -> str:
-        from .experiments.tables import markdown_table
         head = f"**Choice: `{self.choice}`**\n\n" + "\n".join(f"- {r}" for r in self.reasons)
         return head + "\n\n" + markdown_table(self.rows)
 
@@ -188,17 +189,12 @@ def measure_codecs(numel: int = 1_000_000, repeats: int = 3) -> dict:
     name, measured on a `numel`-entry random gradient."""
     import torch
     from .compressors import Cast, Chain, Quantize, Sign, TopK, PowerSGD
-    from .experiments.engineering import codec_seconds
     side = int(math.isqrt(numel))
     comps = {"bf16": Cast(torch.bfloat16), "int8": Quantize(8), "topk1%+EF": TopK(0.01),
              "topk1%+int8+EF": Chain(TopK(0.01), Quantize(8)), "sign+EF": Sign()}
     out = {name: 1e9 * codec_seconds(c, numel, repeats) / numel for name, c in comps.items()}
     ps = PowerSGD(rank=4)
     m = torch.randn(side, side)
-    ps.decompress(ps.compress(m))
-    import time
-    t0 = time.perf_counter()
-    for _ in range(repeats):
-        ps.decompress(ps.compress(m))
-    out["powersgd"] = 1e9 * (time.perf_counter() - t0) / repeats / m.numel()
+    seconds = median(time_it(lambda: ps.decompress(ps.compress(m)), repeat=repeats))
+    out["powersgd"] = 1e9 * seconds / m.numel()
     return out

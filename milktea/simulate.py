@@ -273,7 +273,7 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
         loss = losses.mean().item()
         if not math.isfinite(loss):
             hist.diverged_at = t
-            warnings.warn(f"{scheme}: the loss became {loss} at step {t}; stopped (try a smaller lr)")
+            warnings.warn(f"{scheme}: the loss became {loss} at step {t}; stopped (try a smaller lr)", stacklevel=2)
             break
         hist.loss.append(loss)
         if compressor is None:

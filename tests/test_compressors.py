@@ -150,7 +150,8 @@ def test_stochastic_quantizers_are_unbiased(comp):
 
 
 def test_round_to_nearest_is_biased_but_stochastic_is_not():
-    x = torch.full((1000,), 0.3) ; x[0] = 1.0   # 0.3 sits between levels of a 2-bit grid
+    x = torch.full((1000,), 0.3)
+    x[0] = 1.0   # 0.3 sits between levels of a 2-bit grid
     det = Quantize(bits=2, chunk=None).decompress(Quantize(bits=2, chunk=None).compress(x))
     assert float(det[1:].mean()) == 0.0                       # always rounds down: bias 0.3
     sq = Quantize(bits=2, chunk=None, stochastic=True)

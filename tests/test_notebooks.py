@@ -97,7 +97,7 @@ def test_notebook_runs_top_to_bottom(path, wall_times):
 def test_notebook_is_stored_clean(path):
     nb = json.loads(path.read_text(encoding="utf-8"))
     assert nb.get("nbformat") == 4, f"{_id(path)}: not an nbformat 4 notebook"
-    fix = "run: python tools/strip_outputs.py (or make strip)"
+    fix = "run: make strip (nbstripout --keep-id)"
     assert "widgets" not in nb.get("metadata", {}), f"{_id(path)} stores widget state; {fix}"
     for i, cell in enumerate(nb["cells"]):
         if cell["cell_type"] != "code":
@@ -116,12 +116,20 @@ def test_chapters_are_named_by_number():
     assert len(set(numbers)) == len(numbers), f"two chapters share a number: {names}"
 
 
+def _nbstripout(*args):
+    """nbstripout as `make strip` and the pre-commit hook run it (cell ids kept)."""
+    pytest.importorskip("nbstripout", reason="nbstripout is in the test extra: pip install -e '.[test]'")
+    import subprocess
+    return subprocess.run([sys.executable, "-m", "nbstripout", "--keep-id", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_stored_notebooks_are_what_nbstripout_leaves():
+    out = _nbstripout("--verify", *map(str, STORED))
+    assert out.returncode == 0, f"notebooks with outputs or run metadata; run: make strip\n{out.stdout}{out.stderr}"
+
+
 def test_strip_tool_removes_outputs(tmp_path):
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import strip_outputs
-    finally:
-        sys.path.pop(0)
     nb = json.loads(FIXTURE.read_text(encoding="utf-8"))
     nb["metadata"]["widgets"] = {"application/vnd.jupyter.widget-state+json": {}}
     code = next(c for c in nb["cells"] if c["cell_type"] == "code")
@@ -130,10 +138,10 @@ def test_strip_tool_removes_outputs(tmp_path):
     code["metadata"]["execution"] = {"iopub.status.idle": "2024-01-01T00:00:00Z"}
     dirty = tmp_path / "dirty.ipynb"
     dirty.write_text(json.dumps(nb), encoding="utf-8")
-    assert strip_outputs.main(["--check", str(dirty)]) == 1
-    assert strip_outputs.main([str(dirty)]) == 0
-    assert strip_outputs.main(["--check", str(dirty)]) == 0
-    assert dirty.read_text(encoding="utf-8") == FIXTURE.read_text(encoding="utf-8")
+    assert _nbstripout("--verify", str(dirty)).returncode == 1
+    assert _nbstripout(str(dirty)).returncode == 0
+    assert _nbstripout("--verify", str(dirty)).returncode == 0
+    assert dirty.read_text(encoding="utf-8") == FIXTURE.read_text(encoding="utf-8")  # ids kept
 
 
 def test_harness_names_the_failing_cell(tmp_path):

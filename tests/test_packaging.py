@@ -115,3 +115,26 @@ def test_readme_python_examples_run(repo_root):
     assert blocks, "README.md has no python example"
     for code in blocks:
         exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+
+
+def test_one_way_to_strip_and_lint(repo_root):
+    """`make strip`, the pre-commit hook and tests/test_notebooks.py run nbstripout alike
+    (cell ids kept); `make lint`, the hook and tests/test_lint.py run ruff on the same config."""
+    hooks = {h["id"]: h for repo in yaml.safe_load((repo_root / ".pre-commit-config.yaml").read_text())["repos"]
+             for h in repo["hooks"]}
+    assert hooks.get("nbstripout", {}).get("args") == ["--keep-id"], ".pre-commit-config.yaml: nbstripout --keep-id"
+    assert "ruff-check" in hooks, ".pre-commit-config.yaml: add the ruff-check hook"
+    makefile = (repo_root / "Makefile").read_text()
+    assert re.search(r"^strip\s*:.*\n(\t.*\n)*\t.*-m nbstripout --keep-id ", makefile, re.M), \
+        "Makefile: `make strip` runs nbstripout --keep-id"
+    assert re.search(r"^lint\s*:.*\n\t.*-m ruff check \.$", makefile, re.M), "Makefile: `make lint` runs ruff check ."
+    assert "--keep-id" in (repo_root / "tests" / "test_notebooks.py").read_text()
+    dry = subprocess.run(["make", "-n", "strip"], cwd=repo_root, capture_output=True, text=True, timeout=60)
+    assert dry.returncode == 0 and "notebooks/" in dry.stdout, f"make -n strip:\n{dry.stdout}{dry.stderr}"
+
+
+def test_license_is_the_one_pyproject_names(repo_root):
+    text = (repo_root / "LICENSE").read_text()
+    project = tomllib.loads((repo_root / "pyproject.toml").read_text())["project"]
+    assert text.startswith("MIT License") and "the milktea authors" in text
+    assert project["license"] == {"text": "MIT"}, "pyproject.toml and LICENSE name different licenses"

@@ -56,7 +56,7 @@ def main(argv=None) -> int:
         for ch, kind, path in subs:
             res = grade_notebook(path, prepared[ch])
             assert res.score == res.points, f"{path}: {res.score}/{res.points}"
-            med, best = measure(lambda: grade_notebook(path, prepared[ch]), repeat=args.repeat, warmup=0)
+            med, best = measure(lambda p=path, c=ch: grade_notebook(p, prepared[c]), repeat=args.repeat, warmup=0)
             cases = sum(len(p.cases) for p in prepared[ch].tasks)
             rows.append({"exercise": ch, "submission": kind, "tasks": len(res.tasks), "cases": cases,
                          "median s": f"{med:.2f}", "best s": f"{best:.2f}",

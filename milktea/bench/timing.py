@@ -1,25 +1,15 @@
-"""Timing helpers shared by the benchmarks."""
+"""Timing helpers shared by the benchmarks (built on milktea.timing)."""
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Callable
+
+from ..timing import median, time_it
 
 
 def measure(fn: Callable[[], object], repeat: int = 7, warmup: int = 1, sync: Callable[[], None] | None = None):
     """Median and min wall time of fn() in seconds, after `warmup` untimed calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        if sync:
-            sync()
-        t0 = time.perf_counter()
-        fn()
-        if sync:
-            sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), min(times)
+    times = time_it(fn, repeat, warmup, sync)
+    return median(times), min(times)
 
 
 def table(rows: list[dict], columns: list[str]) -> str:

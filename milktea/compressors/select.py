@@ -68,7 +68,7 @@ def select_topk(flat: torch.Tensor, k: int, *, approximate: bool = False, tolera
     gen = gen or torch.Generator().manual_seed(0)
     slack = 4.0 * math.sqrt(k)  # a few standard deviations of the count
     expect = k + slack if approximate else 1.1 * k + slack
-    for attempt in range(3):
+    for _attempt in range(3):
         t = _sample_threshold(flat, expect, gen)
         if t is None:
             break

@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> None:
                      results="all" if a.all else "rank0")
     except WorkerError as e:
         print(e, file=sys.stderr)
-        raise SystemExit(1)
+        raise SystemExit(1) from None
     print(res)
 
 

@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
         res = launch(train, a.nproc or 2, args=(cfg,))
     except WorkerError as e:
         print(e, file=sys.stderr)
-        raise SystemExit(1)
+        raise SystemExit(1) from None
     _print_summary(res, a.log)
 
 

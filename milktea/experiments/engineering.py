@@ -9,7 +9,6 @@ measured in bytes, gradient accumulation, and where compression stops paying.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 
 import torch
@@ -17,7 +16,8 @@ import torch
 from .. import cost
 from .. import index as index_codec
 from ..checks import check_grad, check_positive_int, check_ratio
-from ..compressors import Compressor, TopK
+from ..compressors import TopK
+from ..timing import codec_seconds  # noqa: F401  (re-exported: the chapters call it from here)
 
 
 @dataclass
@@ -182,20 +182,6 @@ def escapes(x: torch.Tensor, ratio: float) -> dict:
 
 
 # --- overheads and break-even ---------------------------------------------------------------
-
-def codec_seconds(compressor: Compressor, numel: int, repeats: int = 5, seed: int = 0) -> float:
-    """Median seconds to compress and decompress a random `numel`-entry gradient here."""
-    check_positive_int(numel, "numel")
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(numel, generator=g)
-    compressor.decompress(compressor.compress(x))     # warm-up (JIT, allocations)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        compressor.decompress(compressor.compress(x))
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]
-
 
 @dataclass
 class Scheme:

@@ -10,9 +10,9 @@ import torch
 
 from .. import cost
 from ..advice import advise, memory_bound_codecs
+from ..compressors import Chain, Quantize, TopK
 
 GPU_GBPS = 2000.0   # memory bandwidth assumed for the codecs on a data-centre GPU (HBM, ~2 TB/s)
-from ..compressors import Chain, Quantize, TopK
 
 
 def _ratio(compressor, numel: int = 1_000_000) -> float:

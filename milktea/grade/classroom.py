@@ -154,7 +154,7 @@ def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden
     start, bar = time.monotonic(), _bar(len(todo), progress)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = [pool.submit(_safely, work, item) for item in todo]
-        for (student, files, key), fut in zip(todo, futures):
+        for (student, _files, key), fut in zip(todo, futures):
             outcome = fut.result()
             if isinstance(outcome, str):   # a fault of the grader, not of the student: retried next run
                 records[student] = _error_record(student, prepared, outcome)

@@ -182,7 +182,7 @@ def _one_child(cells, tasks, limits: Limits, deny, torch: bool, budget_end: floa
                     try:
                         proc.wait(timeout=1)
                     except subprocess.TimeoutExpired:
-                        raise _Broken("protocol", "closed the grader's result channel")
+                        raise _Broken("protocol", "closed the grader's result channel") from None
                     raise _Broken(*_exit_words(proc.returncode, limits))
                 buf += chunk
                 if len(buf) > limits.max_output + (1 << 20) and b"\n" not in buf:
@@ -221,7 +221,7 @@ def _accept(line, seq, pos, deadline, limits, run):
         name = ev["ev"]
         got = (name,) + tuple(ev[k] for k in ("key", "task", "i") if k in ev)
     except (ValueError, KeyError, TypeError, RecursionError):
-        raise _Broken("protocol", "wrote something that is not a grader message on the result channel")
+        raise _Broken("protocol", "wrote something that is not a grader message on the result channel") from None
     want = seq[pos]
     now = time.monotonic()
     if name == "missing" and want[0] == "case" and want[1:] == (ev.get("task"), 0):

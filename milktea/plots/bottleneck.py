@@ -23,7 +23,7 @@ def breakdown_bars(b: Breakdown, ax=None):
     all-reduce and a parameter server; the total seconds are written beside each bar."""
     ax = _ax(ax, (7, 2.4))
     rows = [("parameter server", b.comm_ps), ("ring all-reduce", b.comm_ring)]
-    for y, (label, comm) in enumerate(rows):
+    for y, (_label, comm) in enumerate(rows):
         total = b.compute + comm
         c = b.compute / total if total > 0 else 0.0
         ax.barh(y, c, color=COMPUTE, label="compute" if y == 0 else None)

@@ -17,7 +17,7 @@ def snapping(x: torch.Tensor | None = None, bits: int = 4, chunk: int | None = 1
     to their grid level, and the error histogram of every entry.
 
     >>> view = snapping()          # doctest: +SKIP
-    >>> view                       # in a notebook: displays the controls and the figure
+    >>> view                       # doctest: +SKIP
     """
     import ipywidgets as w
     x = exp.digits_gradient() if x is None else x.detach().float().reshape(-1)

@@ -1,0 +1,73 @@
+"""Rows of results (a list of dicts) as a table: markdown for notebooks, plain text for
+terminals.
+
+    >>> print(markdown_table([{"scheme": "int8", "R": 3.98}, {"scheme": "int4", "R": 7.9}]))
+    | scheme | R |
+    | --- | --- |
+    | int8 | 3.98 |
+    | int4 | 7.9 |
+"""
+from __future__ import annotations
+
+import math
+
+
+def fmt(v, digits: int = 3) -> str:
+    """A cell: ints with thousands separators, floats with `digits` significant digits."""
+    if isinstance(v, bool) or v is None:
+        return "" if v is None else str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "–"
+        if v != 0 and (abs(v) >= 10 ** (digits + 3) or abs(v) < 10 ** -(digits + 1)):
+            return f"{v:.{digits - 1}e}"
+        return f"{v:.{digits}g}" if abs(v) < 10 ** digits else f"{v:,.0f}"
+    return str(v)
+
+
+def markdown_table(rows: list[dict], columns: list[str] | None = None, digits: int = 3,
+                   formats: dict[str, str] | None = None) -> str:
+    """A markdown table of `rows` (dicts); `columns` picks and orders the keys; a column
+    named in `formats` uses that str.format pattern (e.g. {"R": "{:.1f}x"}), the others `fmt`.
+
+    >>> print(markdown_table([{"scheme": "int8", "R": 3.98}], formats={"R": "{:.1f}x"}))
+    | scheme | R |
+    | --- | --- |
+    | int8 | 4.0x |
+    """
+    if not rows:
+        raise ValueError("markdown_table needs at least one row")
+    columns = list(columns or rows[0])
+    formats = formats or {}
+    missing = [c for c in formats if c not in columns]
+    if missing:
+        raise ValueError(f"formats name columns that are not shown: {missing}; columns are {columns}")
+
+    def cell(row, c):
+        v = row.get(c)
+        return formats[c].format(v) if c in formats and v not in (None, "") else fmt(v, digits)
+
+    lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
+    lines += ["| " + " | ".join(cell(r, c) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def show(rows: list[dict], columns: list[str] | None = None, digits: int = 3,
+         formats: dict[str, str] | None = None):
+    """The table as an IPython Markdown object (displays as a table in a notebook)."""
+    from IPython.display import Markdown
+    return Markdown(markdown_table(rows, columns, digits, formats))
+
+
+def html_table(rows: list[dict], columns: list[str] | None = None, digits: int = 3) -> str:
+    """An HTML table of `rows` (for widgets, which show HTML, not markdown)."""
+    import html
+    if not rows:
+        raise ValueError("html_table needs at least one row")
+    columns = columns or list(rows[0])
+    head = "".join(f"<th style='padding:2px 8px'>{html.escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(fmt(r.get(c), digits))}</td>"
+                                    for c in columns) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
