@@ -122,9 +122,11 @@ def _sequence(cells, public, hidden):
     return seq + _task_seq(public) + [("hidden",)] + _task_seq(hidden) + [("done",)]
 
 
-def _exit_words(code, limits: Limits) -> tuple[str, str]:
+def _exit_words(code, limits: Limits, isolated: bool = False) -> tuple[str, str]:
     if code is None:
         return "crash", "stopped answering"
+    if isolated and code > 128:   # bwrap passes on a signal death as 128 + the signal
+        code = 128 - code
     if code < 0:
         sig = -code
         if sig == signal.SIGXCPU:
@@ -209,18 +211,16 @@ def _remove_tree(path: str) -> str:
 
 
 def _drain(fd, tail: bytearray):
-    os.set_blocking(fd, False)
+    """Read what is waiting on the (non-blocking) output pipe, keeping the last 8 KiB."""
     try:
-        while len(tail) < (1 << 20):
+        for _ in range(256):
             chunk = os.read(fd, 65536)
             if not chunk:
                 break
             tail += chunk
             del tail[:-8192]
-    except (BlockingIOError, OSError):
+    except OSError:   # BlockingIOError: nothing more waiting
         pass
-    finally:
-        os.set_blocking(fd, True)
 
 
 def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget_end: float, run: Run,
@@ -267,6 +267,7 @@ def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget_
     sel.register(rfd, selectors.EVENT_READ, "result")
     sel.register(proc.stdout, selectors.EVENT_READ, "output")
     buf, tail, keep = bytearray(), bytearray(), True
+    os.set_blocking(proc.stdout.fileno(), False)   # a select() batch may list it after it was drained
     deadline = time.monotonic() + limits.startup_seconds
     failure = None
     try:
@@ -281,7 +282,10 @@ def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget_
                 raise _Broken("timeout", f"did not finish within {limits.task_seconds:g} s")
             for key, _ in sel.select(timeout):
                 if key.data == "output":
-                    chunk = os.read(key.fd, 65536)
+                    try:
+                        chunk = os.read(key.fd, 65536)
+                    except BlockingIOError:
+                        continue
                     if not chunk:
                         sel.unregister(key.fd)
                     if keep:
@@ -294,7 +298,7 @@ def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget_
                         proc.wait(timeout=1)
                     except subprocess.TimeoutExpired:
                         raise _Broken("protocol", "closed the grader's result channel")
-                    raise _Broken(*_exit_words(proc.returncode, limits))
+                    raise _Broken(*_exit_words(proc.returncode, limits, isolated))
                 buf += chunk
                 if len(buf) > limits.max_output + (1 << 20) and b"\n" not in buf:
                     raise _Broken("bad_output", "sent a result larger than the limit")
