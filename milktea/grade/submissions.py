@@ -236,3 +236,15 @@ def find_submissions(root: str, known, chapter: str | None = None) -> tuple[dict
     finally:
         os.close(root_fd)
     return students, notes
+
+
+def scan_folder(path: str, known, chapter: str | None = None, name: str = "submission") -> Student:
+    """One student's folder (Gradescope's /autograder/submission), read like one in a class."""
+    student = Student(name)
+    parent, entry = os.path.split(os.path.abspath(path))
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _scan_student(fd, entry, student, known, chapter)
+    finally:
+        os.close(fd)
+    return student
