@@ -224,7 +224,7 @@ def _drain(fd, tail: bytearray):
 
 
 def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget_end: float, run: Run,
-               sandbox):
+               sandbox, audit: bool = True):
     """Run one child until it finishes or breaks. Returns None, or (position, kind, message)
     where position is the sequence entry the child had not reached."""
     isolated = sandbox is not None and sandbox.isolated
@@ -233,7 +233,7 @@ def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget_
     job = {"limits": {"memory_bytes": limits.memory_mb << 20, "file_bytes": limits.file_mb << 20,
                       "cpu_seconds": math.ceil(remaining + limits.startup_seconds),
                       "max_output": limits.max_output, "processes": limits.processes if isolated else None},
-           "deny": list(deny), "torch": torch,
+           "deny": list(deny), "torch": torch, "audit": audit,
            "cells": [c.__dict__ for c in cells],
            "tasks": [{"id": t.id, "function": t.function, "cases": t.cases} for t in public]}
     later = json.dumps({"tasks": [{"id": t.id, "function": t.function, "cases": t.cases} for t in hidden]})
@@ -398,10 +398,11 @@ def _outcome(ev) -> Outcome:
 
 
 def run(cells: list[Cell], tasks: list[TaskJob], limits: Limits = Limits(), deny=(), torch=None,
-        sandbox=None) -> Run:
+        sandbox=None, audit: bool = True) -> Run:
     """Grade-time execution of one submission: every task gets an outcome per case (public
     cases first, then hidden ones). `sandbox`: an isolation.Sandbox, or None for a plain
-    limited child (a learner's own machine)."""
+    limited child (a learner's own machine). `audit=False` leaves out the audit hook, to
+    test what the sandbox alone holds."""
     if os.name != "posix":
         raise OSError("grading runs student code in a limited child process, which needs Linux or macOS "
                       "(on Windows, use WSL)")
@@ -414,7 +415,7 @@ def run(cells: list[Cell], tasks: list[TaskJob], limits: Limits = Limits(), deny
     public = [TaskJob(t.id, t.function, t.cases) for t in tasks]
     hidden = [TaskJob(t.id + HIDDEN, t.function, t.hidden) for t in tasks if t.hidden]
     while public or hidden:
-        failure = _one_child(cells, public, hidden, limits, deny, torch, budget_end, result, sandbox)
+        failure = _one_child(cells, public, hidden, limits, deny, torch, budget_end, result, sandbox, audit)
         public = [t for t in public if not _finished(result, t, counts)]
         hidden = [t for t in hidden if not _finished(result, t, counts)]
         if failure is None:
