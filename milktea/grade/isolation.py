@@ -93,7 +93,7 @@ def command(argv: list[str], sandbox: Sandbox, tmp_mb: int = 64, child_script: s
         elif os.path.isdir(top):
             b += ["--ro-bind", top, top]
     if os.path.exists("/etc/ld.so.cache"):
-        b += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+        b += ["--perms", "0755", "--dir", "/etc", "--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
     made = set()
     for root in python_roots():
         parts = root.split("/")
