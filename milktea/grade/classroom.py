@@ -63,16 +63,16 @@ def _resume_key(out: str) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         with os.fdopen(fd, "rb") as f:
-            key = f.read(64)
+            key = bytes.fromhex(f.read(100).decode("ascii").strip())
         if len(key) == 32:
             return key
-    except OSError:
+    except (OSError, ValueError):
         pass
     key = secrets.token_bytes(32)
     tmp = f"{path}.tmp{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as f:
-        f.write(key)
+        f.write(key.hex().encode() + b"\n")
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
