@@ -68,7 +68,7 @@ def check_hidden_from(paths, sandbox: "Sandbox") -> None:
     """ValueError if a folder the child must not see would be visible inside its mounts."""
     if not sandbox.isolated:
         return
-    roots = python_roots()
+    roots = python_roots() + ["/usr"]
     for p in paths:
         if not p:
             continue

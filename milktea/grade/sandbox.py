@@ -223,13 +223,15 @@ def _drain(fd, tail: bytearray):
         pass
 
 
-def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget_end: float, run: Run,
+def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget: list, run: Run,
                sandbox, audit: bool = True):
     """Run one child until it finishes or breaks. Returns None, or (position, kind, message)
-    where position is the sequence entry the child had not reached."""
+    where position is the sequence entry the child had not reached. `budget` = [end of the
+    submission's time]; the time a child takes to start is added to it (not student time)."""
+    started = time.monotonic()
     isolated = sandbox is not None and sandbox.isolated
     rfd, wfd = os.pipe()
-    remaining = max(1.0, budget_end - time.monotonic())
+    remaining = max(1.0, budget[0] - time.monotonic())
     job = {"limits": {"memory_bytes": limits.memory_mb << 20, "file_bytes": limits.file_mb << 20,
                       "cpu_seconds": math.ceil(remaining + limits.startup_seconds),
                       "max_output": limits.max_output, "processes": limits.processes if isolated else None},
@@ -272,9 +274,9 @@ def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget_
     failure = None
     try:
         while pos < len(seq):
-            timeout = min(deadline, budget_end) - time.monotonic()
+            timeout = (deadline if pos == 0 else min(deadline, budget[0])) - time.monotonic()
             if timeout <= 0:
-                if budget_end <= deadline:
+                if pos > 0 and budget[0] <= deadline:
                     raise _Broken("budget", f"the submission used its whole time budget "
                                             f"({limits.submission_seconds:g} s)")
                 if seq[pos] == ("ready",):
@@ -306,6 +308,8 @@ def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget_
                     line, _, rest = bytes(buf).partition(b"\n")
                     buf = bytearray(rest)
                     pos, deadline = _accept(line, seq, pos, deadline, limits, run)
+                    if pos == 1:   # "ready": starting Python and the imports is not the student's time
+                        budget[0] += time.monotonic() - started
                     if seq[pos - 1] == ("hidden",):
                         # every public case is done: keep what was printed so far, nothing after,
                         # and only now hand over the hidden cases
@@ -407,7 +411,7 @@ def run(cells: list[Cell], tasks: list[TaskJob], limits: Limits = Limits(), deny
         raise OSError("grading runs student code in a limited child process, which needs Linux or macOS "
                       "(on Windows, use WSL)")
     start = time.monotonic()
-    budget_end = start + limits.submission_seconds
+    budget = [start + limits.submission_seconds]
     torch = any("torch" in c.source for c in cells) if torch is None else torch
     result = Run()
     cells = list(cells)
@@ -415,7 +419,7 @@ def run(cells: list[Cell], tasks: list[TaskJob], limits: Limits = Limits(), deny
     public = [TaskJob(t.id, t.function, t.cases) for t in tasks]
     hidden = [TaskJob(t.id + HIDDEN, t.function, t.hidden) for t in tasks if t.hidden]
     while public or hidden:
-        failure = _one_child(cells, public, hidden, limits, deny, torch, budget_end, result, sandbox, audit)
+        failure = _one_child(cells, public, hidden, limits, deny, torch, budget, result, sandbox, audit)
         public = [t for t in public if not _finished(result, t, counts)]
         hidden = [t for t in hidden if not _finished(result, t, counts)]
         if failure is None:
