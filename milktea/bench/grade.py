@@ -3,8 +3,9 @@
 Each row grades a solution notebook end to end, the way the class grader does: read the
 notebook, start the limited child process in its sandbox (bubblewrap, when this machine has
 one), run every graded cell and every public case, compare in the parent. "torch" rows grade
-a Top-K submission written with torch, whose child has to import torch; the "import torch"
-row times that import alone, in a sandbox and outside, since it dominates a torch submission.
+a Top-K submission written with torch, whose child has to import torch; the last lines time
+`import numpy` and `import torch` alone, in a sandbox and outside (medians): starting the
+child's Python is most of a submission's time, and torch's import dominates a torch one.
 The target is <= 2 s per submission on 2 cores.
 
     python -m milktea.bench grade [--repeat 3] [--solutions solutions]
@@ -70,13 +71,16 @@ def main(argv=None) -> int:
                          "median s": f"{med:.2f}", "best s": f"{best:.2f}",
                          "vs target": f"{med / TARGET_S:.2f}"})
     imports = []
-    for where, argv in (("plain", [sys.executable, "-I", "-c", "import torch"]),
-                        ("sandbox", isolation.command([sys.executable, "-I", "-c", "import torch"], box)
-                         if box.isolated else None)):
-        if argv:
-            med, best = measure(lambda: subprocess.run(argv, check=True, stdin=subprocess.DEVNULL),
-                                repeat=args.repeat, warmup=0)
-            imports.append(f"python -c 'import torch' ({where}): median {med:.2f} s, best {best:.2f} s")
+    for module in ("numpy", "torch"):   # a child's start-up, with and without its sandbox, side by side
+        plain = [sys.executable, "-I", "-c", f"import {module}"]
+        times = {}
+        for where, argv in (("plain", plain), ("sandbox", isolation.command(plain, box) if box.isolated else None)):
+            if argv:
+                times[where] = measure(lambda: subprocess.run(argv, check=True, stdin=subprocess.DEVNULL),
+                                       repeat=args.repeat, warmup=0)[0]
+        ratio = f", sandbox/plain {times['sandbox'] / times['plain']:.2f}" if len(times) == 2 else ""
+        imports.append(f"python -c 'import {module}': " + ", ".join(f"{w} {t:.2f} s" for w, t in times.items())
+                       + ratio)
     print(f"grading one submission end to end (median of {args.repeat}; {cpus} CPUs available; "
           f"target <= {TARGET_S:g} s)")
     print(f"isolation: {box.describe()}\n")
