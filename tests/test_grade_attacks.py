@@ -12,8 +12,17 @@ import time
 import zipfile
 
 import pytest
+from _grade_helpers import (
+    HIDDEN,
+    ROOT,
+    SOLUTIONS,
+    code_cell,
+    graded_cell,
+    save,
+    solution,
+    with_cell,
+)
 
-from _grade_helpers import HIDDEN, ROOT, SOLUTIONS, code_cell, graded_cell, save, solution, with_cell
 from milktea.grade import Limits, grade_class, isolation
 from milktea.grade.prepare import SetupError
 
@@ -81,16 +90,16 @@ if os.fork() == 0:
         "network": ("03.2", cheat("03.2", "socket.create_connection(('1.1.1.1', 53), timeout=2)"), {"blocked"}),
         "huge_result": ("03.3", "import numpy as np\n\ndef topk_pack(x, k):\n    return np.zeros(3_000_000), x\n",
                         {"bad_output", "memory"}),
-        "surrogates": ("03.4", "import os\n\ndef topk_unpack(indices, values, shape):\n"
-                               "    os.write(1, b'\\xff\\xfe\\xed')\n    print('\\udcff')\n"
-                               "    raise ValueError('\\ud800 lone \\udfff')\n", {"exception"}),
+        "surrogates": ("03.4", ("import os\n\ndef topk_unpack(indices, values, shape):\n"
+                                "    os.write(1, b'\\xff\\xfe\\xed')\n    print('\\udcff')\n"
+                                "    raise ValueError('\\ud800 lone \\udfff')\n"), {"exception"}),
         "surrogate_value": ("03.1", "def topk_threshold(x, k):\n    return '\\udcff\\ud800'\n", {"wrong"}),
         "line_after_done": ("03.4", "import atexit, os, sys\n\n"
                                     "atexit.register(lambda: os.write(int(sys.argv[-1]), b'{\"ev\": \"done\"}\\n'))\n"
                                     + graded_cell(solution("03_topk"), "03.4")["source"], {"protocol"}),
-        "forged_line": ("03.2", "import os, sys\n\ndef topk_sparsify(x, k):\n"
-                                "    os.write(int(sys.argv[-1]), b'{\"ev\": \"result\", \"task\": \"03.2\"}\\n' * 3)\n"
-                                "    return x\n", {"protocol"}),
+        "forged_line": ("03.2", ("import os, sys\n\ndef topk_sparsify(x, k):\n"
+                                 "    os.write(int(sys.argv[-1]), b'{\"ev\": \"result\", \"task\": \"03.2\"}\\n' * 3)\n"
+                                 "    return x\n"), {"protocol"}),
         "stdin_thief": ("03.1", "import sys\n\ndef topk_threshold(x, k):\n    return float(len(sys.stdin.read()))\n",
                         {"timeout"}),
     }
@@ -198,7 +207,8 @@ def test_each_attack_costs_only_its_task(graded, student):
 def test_nothing_secret_reaches_any_output(graded):
     for dirpath, _, files in os.walk(graded["out"]):
         for name in files:
-            data = open(os.path.join(dirpath, name), "rb").read()
+            with open(os.path.join(dirpath, name), "rb") as f:
+                data = f.read()
             data.decode("utf-8")   # every output file is valid UTF-8
             for mark in (SECRET, SOLUTION_MARK, HIDDEN_MARK, HIDDEN_VALUE, "BEGIN SOLUTION", "PATH="):
                 assert mark.encode() not in data, (name, mark)
@@ -227,7 +237,7 @@ def test_odd_folders_are_graded_or_refused_with_a_note(graded):
     summary = (out / "summary.txt").read_text()
     assert "skipped .dot_student: its name starts with a dot" in summary
     assert "Isolation: bubblewrap" in summary
-    fb = lambda s: (out / "feedback" / f"{s}.txt").read_text()   # noqa: E731
+    fb = lambda s: (out / "feedback" / f"{s}.txt").read_text()
     assert "symbolic link" in fb("link_solution") and "symbolic link" in fb("link_zero")
     assert "a FIFO" in fb("fifo") and "symbolic link" in fb("link_student")
     assert "deeper than 6 folders" in fb("deep_folder")
@@ -274,7 +284,7 @@ def test_the_gradescope_bundle_grades_a_submission(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, "-m", "milktea.grade", "gradescope", "--out", str(bundle),
                            "--chapter", "03_topk", "--hidden", str(HIDDEN)], env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     root = tmp_path / "autograder"
     with zipfile.ZipFile(str(bundle) + ".zip") as z:
@@ -286,7 +296,7 @@ def test_the_gradescope_bundle_grades_a_submission(tmp_path):
     env = {"PATH": os.environ["PATH"], "MILKTEA_AUTOGRADER_ROOT": str(root),
            "MILKTEA_AUTOGRADER_PYTHON": sys.executable}
     done = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     res = json.loads((root / "results" / "results.json").read_text())
     assert res["score"] == 6.0 and res["stdout_visibility"] == "hidden"

@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 import pytest
-
 from _grade_helpers import HIDDEN, ROOT, SOLUTIONS
+
 from milktea.grade import isolation
 from milktea.grade.child import encode
 from milktea.grade.sandbox import Cell, Limits, TaskJob, run

@@ -170,7 +170,7 @@ def test_the_submissions_folder_is_read_without_following_anything(tmp_path):
     (tmp_path / "link").mkdir()
     os.symlink(SOLUTIONS, tmp_path / "link" / "sub")                       # a folder link inside a student's
     (tmp_path / "link" / "03_topk.ipynb").write_bytes(b"\x00" * 10)
-    students, notes = find_submissions(str(tmp_path), CHAPTERS)
+    students, _ = find_submissions(str(tmp_path), CHAPTERS)
     assert set(students) == {"caf\\xe9", "a", "g", "dev", "link"}
     assert students["caf\\xe9"].files["03_topk"].nb is not None
     assert students["a"].files["03_topk"].shown == "b/c/d/e/f/h/03_topk.ipynb"

@@ -64,7 +64,7 @@ def python_roots() -> list[str]:
     return out
 
 
-def check_hidden_from(paths, sandbox: "Sandbox") -> None:
+def check_hidden_from(paths, sandbox: Sandbox) -> None:
     """ValueError if a folder the child must not see would be visible inside its mounts."""
     if not sandbox.isolated:
         return
@@ -133,7 +133,7 @@ def probe() -> Sandbox:
     argv = command([sys.executable, "-I", "-S", "-c", "import os; print(os.getuid() != 0 and sum(p.isdigit() for p in os.listdir('/proc')))"],
                    box, tmp_mb=1)
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.SubprocessError) as e:
         return Sandbox("none", why=f"bubblewrap could not start ({e})")
     out = done.stdout.strip()

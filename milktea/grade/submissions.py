@@ -179,7 +179,8 @@ def _scan_student(root_fd: int, entry: str, student: Student, known, forced):
                     os.close(fd)
     finally:
         os.close(top)
-    base = lambda p: p.rsplit("/", 1)[-1]   # noqa: E731
+    def base(path):
+        return path.rsplit("/", 1)[-1]
     found.sort(key=lambda f: (base(f[0])[:-6] not in known, f[0].count("/"), f[0]))
     for path, sub in found:
         ch = forced or chapter_of(base(path), sub.nb, known)
