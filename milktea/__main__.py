@@ -10,9 +10,20 @@ import importlib
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "doctor": ("milktea.device:doctor", "versions, CUDA/NCCL/gloo, chosen device, cores, widgets"),
+    "doctor": ("milktea.__main__:doctor", "versions, CUDA/NCCL/gloo, chosen device, cores, widgets, grading isolation"),
     "compare": ("milktea.distributed.compare:main", "train one model on one link with every gradient-sending scheme"),
 }
+
+
+def doctor(argv: list[str]) -> int:
+    """The environment report (milktea.device), then whether the class grader can isolate
+    student code here (milktea.grade.isolation)."""
+    from milktea.device import doctor as report
+    code = report(argv)
+    if "--json" not in argv:
+        from milktea.grade.isolation import probe
+        print(f"grading isolation: {probe().describe()}")
+    return code
 
 
 def usage() -> str:

@@ -56,7 +56,7 @@ SABOTAGE = {
                              "        f.write('student,total\\nwrite_grades,999\\n')\n    return x, x\n",
                      "blocked", "may not write"),
     "forge": ("03.4", "import os, sys\n\ndef topk_unpack(indices, values, shape):\n"
-                      "    os.write(int(sys.argv[2]), b'{\"ev\": \"done\"}\\n')\n    return values\n",
+                      "    os.write(int(sys.argv[-1]), b'{\"ev\": \"done\"}\\n')\n    return values\n",
               "protocol", "result channel"),
     "kill_parent": ("03.1", "import os\n\ndef topk_threshold(x, k):\n    os.kill(os.getppid(), 0)\n    return 0.0\n",
                     "blocked", "signals"),

@@ -122,3 +122,59 @@ def test_spec_docstring_examples():
 
     import milktea.grade.spec as spec
     assert doctest.testmod(spec).failed == 0
+
+
+@pytest.mark.parametrize("name", ["isolation", "submissions", "sandbox"])
+def test_grade_docstring_examples(name):
+    import doctest
+    import importlib
+    assert doctest.testmod(importlib.import_module(f"milktea.grade.{name}")).failed == 0
+
+
+@pytest.mark.parametrize("text, clean", [
+    ("ok\n\tfine", "ok\n\tfine"), ("\ud800 lone", "\\ud800 lone"), ("\x1b[31mred", "?[31mred"), ("x" * 50, "x" * 10),
+])
+def test_child_text_is_made_safe(text, clean):
+    from milktea.grade.sandbox import clean_text
+    assert clean_text(text, 10 if len(text) == 50 else 100) == clean
+
+
+def test_extra_lines_and_bad_bytes_on_the_channel_cost_one_task():
+    cells = [Cell("c0", "cell", "import atexit, os, sys\n"
+                                "def ok(x, k):\n    return 1.0\n"
+                                "def bad(x, k):\n    os.write(int(sys.argv[-1]), b'\\xff\\xfe\\n')\n    return 1.0\n"
+                                "def last(x, k):\n"
+                                "    atexit.register(lambda: os.write(int(sys.argv[-1]), b'{\"ev\": \"done\"}\\n'))\n"
+                                "    return 1.0\n")]
+    res = run(cells, jobs("ok", "bad", "ok", "last"), FAST)
+    assert [o.ok for o in res.outcomes["0"] + res.outcomes["2"]] == [True, True]
+    assert res.outcomes["1"][0].kind == "protocol" and res.outcomes["3"][0].kind == "protocol"
+
+
+def test_the_submissions_folder_is_read_without_following_anything(tmp_path):
+    import os
+    import stat
+
+    from _grade_helpers import SOLUTIONS, save, solution
+    from milktea.grade.public import CHAPTERS
+    from milktea.grade.submissions import find_submissions
+    topk = solution("03_topk")
+    save(topk, tmp_path / os.fsdecode(b"caf\xe9.ipynb"))                  # a lone notebook, non-UTF-8 name
+    save(topk, tmp_path / "a" / "b" / "c" / "d" / "e" / "f" / "h" / "03_topk.ipynb")   # 6 levels: found
+    save(topk, tmp_path / "g" / "1" / "2" / "3" / "4" / "5" / "6" / "7" / "03_topk.ipynb")   # 7: not
+    (tmp_path / "dev").mkdir()
+    try:
+        os.mknod(tmp_path / "dev" / "03_topk.ipynb", stat.S_IFCHR | 0o600, os.makedev(1, 5))   # /dev/zero
+    except PermissionError:
+        os.symlink("/dev/zero", tmp_path / "dev" / "03_topk.ipynb")
+    (tmp_path / "link").mkdir()
+    os.symlink(SOLUTIONS, tmp_path / "link" / "sub")                       # a folder link inside a student's
+    (tmp_path / "link" / "03_topk.ipynb").write_bytes(b"\x00" * 10)
+    students, _ = find_submissions(str(tmp_path), CHAPTERS)
+    assert set(students) == {"caf\\xe9", "a", "g", "dev", "link"}
+    assert students["caf\\xe9"].files["03_topk"].nb is not None
+    assert students["a"].files["03_topk"].shown == "b/c/d/e/f/h/03_topk.ipynb"
+    assert students["g"].files == {} and "deeper than 6" in " ".join(students["g"].notes)
+    assert students["dev"].files == {} and "only regular files" in " ".join(students["dev"].notes)
+    assert "not followed" in " ".join(students["link"].notes)
+    assert "not valid JSON" in students["link"].files["03_topk"].error

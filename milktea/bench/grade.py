@@ -1,9 +1,12 @@
 """python -m milktea.bench grade: seconds to grade one submission of one exercise.
 
 Each row grades a solution notebook end to end, the way the class grader does: read the
-notebook, start the limited child process, run every graded cell and every public case,
-compare in the parent. "torch" rows grade a Top-K submission written with torch, whose
-child has to import torch. The target is <= 10 s per submission on 2 cores.
+notebook, start the limited child process in its sandbox (bubblewrap, when this machine has
+one), run every graded cell and every public case, compare in the parent. "torch" rows grade
+a Top-K submission written with torch, whose child has to import torch; the last lines time
+`import numpy` and `import torch` alone, in a sandbox and outside (medians): starting the
+child's Python is most of a submission's time, and torch's import dominates a torch one.
+The target is <= 2 s per submission on 2 cores.
 
     python -m milktea.bench grade [--repeat 3] [--solutions solutions]
 """
@@ -12,16 +15,19 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import subprocess
+import sys
 import tempfile
 import time
 
+from ..grade import isolation
 from ..grade.evaluate import grade_notebook
 from ..grade.notebook import atomic_write, cell_tasks, notebook_text, read_notebook
 from ..grade.prepare import prepare
 from ..grade.public import CHAPTERS
 from .timing import measure, table
 
-TARGET_S = 10.0
+TARGET_S = 2.0
 TORCH_TOPK = '''import torch
 
 def topk_threshold(x, k):
@@ -49,21 +55,37 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     prepared = {ch: prepare(ch, args.solutions, None, seed=0) for ch in CHAPTERS}
     prep_s = time.perf_counter() - t0
+    box = isolation.probe()
+    sandbox = box if box.isolated else None
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         subs = [(ch, "numpy", os.path.join(args.solutions, ch + ".ipynb")) for ch in CHAPTERS]
         subs.append(("03_topk", "torch", _torch_variant(args.solutions, tmp)))
         for ch, kind, path in subs:
-            res = grade_notebook(path, prepared[ch])
+            res = grade_notebook(path, prepared[ch], box=sandbox)
             assert res.score == res.points, f"{path}: {res.score}/{res.points}"
-            med, best = measure(lambda p=path, c=ch: grade_notebook(p, prepared[c]), repeat=args.repeat, warmup=0)
+            med, best = measure(lambda p=path, c=ch: grade_notebook(p, prepared[c], box=sandbox),
+                                repeat=args.repeat, warmup=0)
             cases = sum(len(p.cases) for p in prepared[ch].tasks)
             rows.append({"exercise": ch, "submission": kind, "tasks": len(res.tasks), "cases": cases,
                          "median s": f"{med:.2f}", "best s": f"{best:.2f}",
                          "vs target": f"{med / TARGET_S:.2f}"})
+    imports = []
+    for module in ("numpy", "torch"):   # a child's start-up, with and without its sandbox, side by side
+        plain = [sys.executable, "-I", "-c", f"import {module}"]
+        times = {}
+        for where, argv in (("plain", plain), ("sandbox", isolation.command(plain, box) if box.isolated else None)):
+            if argv:
+                times[where] = measure(lambda a=argv: subprocess.run(a, check=True, stdin=subprocess.DEVNULL),
+                                       repeat=args.repeat, warmup=0)[0]
+        ratio = f", sandbox/plain {times['sandbox'] / times['plain']:.2f}" if len(times) == 2 else ""
+        imports.append(f"python -c 'import {module}': " + ", ".join(f"{w} {t:.2f} s" for w, t in times.items())
+                       + ratio)
     print(f"grading one submission end to end (median of {args.repeat}; {cpus} CPUs available; "
-          f"target <= {TARGET_S:g} s)\n")
+          f"target <= {TARGET_S:g} s)")
+    print(f"isolation: {box.describe()}\n")
     print(table(rows, ["exercise", "submission", "tasks", "cases", "median s", "best s", "vs target"]))
+    print("\n" + "\n".join(imports))
     print(f"\nonce per class: preparing all {len(CHAPTERS)} exercises (reference answers) took {prep_s:.2f} s")
     return 0
 

@@ -3,9 +3,10 @@
     python -m milktea.grade.check 03_topk.ipynb             # a learner checks a notebook
     python -m milktea.grade SUBMISSIONS --out GRADES         # an instructor grades a class
 
-Student code never runs in the grader's process: `sandbox.run` starts a child (child.py)
-with resource limits and an audit hook, feeds it the cases, and gets plain JSON back;
-`evaluate` compares with the reference computed here from the solution notebooks.
+Student code never runs in the grader's process: `sandbox.run` starts a child (child.py) in a
+world built by the kernel (isolation.py: bubblewrap namespaces, an unprivileged uid, only the
+Python installation mounted) with resource limits, feeds it the cases, and gets plain JSON
+back; `evaluate` compares with the reference computed here from the solution notebooks.
 """
 from .sandbox import Limits
 from .spec import Case

@@ -1,4 +1,5 @@
 """python -m milktea.grade SUBMISSIONS_DIR --out GRADES_DIR [--hidden DIR]: grade a class.
+python -m milktea.grade gradescope --out BUNDLE_DIR [--hidden DIR]: build a Gradescope autograder.
 
 See milktea/grade/classroom.py for the folder layout and docs/grading.md for the protocol.
 """
@@ -14,6 +15,10 @@ from .sandbox import Limits
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["gradescope"]:
+        from .gradescope import main as gradescope
+        return gradescope(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m milktea.grade",
                                  description="Grade a folder of exercise notebooks out of process.")
     ap.add_argument("submissions", help="SUBMISSIONS_DIR/<student>/<exercise>.ipynb or SUBMISSIONS_DIR/<student>.ipynb")
@@ -28,12 +33,15 @@ def main(argv=None) -> int:
     ap.add_argument("--memory-mb", type=int, default=2048,
                     help="address space (MB) student code may add to Python + numpy (+ torch) (2048)")
     ap.add_argument("--jobs", type=int, default=1, help="submissions graded at the same time (1)")
+    ap.add_argument("--trust-submissions", action="store_true",
+                    help="grade even where student code can't be isolated (no bubblewrap, macOS); "
+                         "the summary and run.json then say the run was not isolated")
     args = ap.parse_args(argv)
     limits = Limits(task_seconds=args.task_timeout, submission_seconds=args.submission_timeout,
                     memory_mb=args.memory_mb)
     try:
         grade_class(args.submissions, args.out, args.solutions, args.hidden, args.seed, limits,
-                    args.chapter, args.jobs)
+                    args.chapter, args.jobs, trust=args.trust_submissions)
     except SetupError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

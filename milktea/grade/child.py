@@ -1,7 +1,8 @@
 """The child side of the grader: run one submission's graded cells, nothing else.
 
-The parent starts  python -I -B child.py JOB_FILE FD  in an empty temporary directory with
-a scrubbed environment. This file never imports milktea (the child has no path to it). It
+The parent starts  python -I -B child.py FD  in an empty temporary directory with a scrubbed
+environment, inside a sandbox (isolation.py) when grading a class; the job comes as one JSON
+line on stdin. This file never imports milktea (the child has no path to it). It
   1. imports numpy (and torch when the cells use it), then sets its own resource limits
      (address space on top of what those imports mapped, CPU seconds, file size) before any
      student code exists in the process: hard limits equal soft ones, so they stay;
@@ -9,10 +10,11 @@ a scrubbed environment. This file never imports milktea (the child has no path t
      the temporary directory, any write outside it, new processes, signals to others,
      sockets, raw memory through ctypes, and `import milktea`;
   3. runs each graded cell, then calls each graded function on the cases the parent sent,
-     writing one JSON line per event to FD (never stdout, which the student's prints use).
+     writing one JSON line per event to FD (never stdout, which the student's prints use);
+     after the public cases it says "hidden" and only then reads the hidden cases (a second
+     line on stdin), so nothing printed while they run can reach the feedback.
 Outputs travel as plain data (`encode`/`decode` below); the parent compares them.
-The audit hook is defence in depth, not a sandbox against native code: the parent's own
-guarantees (own process, limits, comparison, process-group kill) don't depend on it.
+The audit hook is a second layer only: what the child can reach is decided by the sandbox.
 """
 import base64
 import builtins
@@ -127,14 +129,18 @@ def address_space() -> int:
     return 0
 
 
-def set_limits(memory_bytes, cpu_seconds, file_bytes):
+def set_limits(memory_bytes, cpu_seconds, file_bytes, processes=None):
     """memory_bytes is on top of what is mapped already (Python, numpy, torch: a CUDA build of
-    torch alone maps gigabytes of libraries it never touches)."""
+    torch alone maps gigabytes of libraries it never touches). `processes` (RLIMIT_NPROC) is
+    set only in a sandbox, where the uid is the child's alone."""
     memory_bytes += address_space()
-    for res, soft, hard in ((resource.RLIMIT_AS, memory_bytes, memory_bytes),
-                            (resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 1),
-                            (resource.RLIMIT_FSIZE, file_bytes, file_bytes),
-                            (resource.RLIMIT_CORE, 0, 0)):
+    limits = [(resource.RLIMIT_AS, memory_bytes, memory_bytes),
+              (resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 1),
+              (resource.RLIMIT_FSIZE, file_bytes, file_bytes),
+              (resource.RLIMIT_CORE, 0, 0)]
+    if processes:
+        limits.append((resource.RLIMIT_NPROC, processes, processes))
+    for res, soft, hard in limits:
         try:
             resource.setrlimit(res, (int(soft), int(hard)))
         except (ValueError, OSError):   # macOS refuses some of them; the parent's clock still holds
@@ -274,51 +280,16 @@ def describe_error(exc, cell_names):
     return kind, msg[:2000], where[:500]
 
 
-def main():
-    job_path, fd = sys.argv[1], int(sys.argv[2])
-    write, dumps, clock = os.write, json.dumps, time.perf_counter
-
-    def send(**event):
-        data = (dumps(event, allow_nan=False) + "\n").encode()
-        view = memoryview(data)
-        while view:
-            view = view[write(fd, view):]
-
-    with open(job_path) as f:
-        job = json.load(f)
-    os.remove(job_path)
-    lim = job["limits"]
-    import numpy  # noqa: F401  (every exercise uses it; imported before the limits, hook and snapshot)
-    if job.get("torch"):
-        import torch  # noqa: F401
-    set_limits(lim["memory_bytes"], lim["cpu_seconds"], lim["file_bytes"])
-    install_hook(os.getcwd(), job.get("deny", ()))
-    snap = snapshot()
-    send(ev="ready")
-
-    ns = {"__name__": "__graded__", "__builtins__": builtins}
-    cell_names = {}
-    for cell in job["cells"]:
-        name = f"<cell {cell['key']}>"
-        cell_names[name] = cell["label"]
-        lines = cell["source"].splitlines(True)
-        linecache.cache[name] = (len(cell["source"]), None, lines, name)
-        send(ev="cell", key=cell["key"])
-        error = None
-        try:
-            exec(compile(cell["source"], name, "exec"), ns)
-        except BaseException as exc:   # SystemExit and KeyboardInterrupt included
-            kind, msg, where = describe_error(exc, cell_names)
-            error = {"kind": kind, "message": msg, "where": where}
-        restore(snap)
-        send(ev="cell_done", key=cell["key"], error=error)
-
-    for task in job["tasks"]:
+def run_tasks(tasks, ns, snap, send, cell_names, max_output):
+    """Call each task's function on its cases, one "result" event per case."""
+    dumps, clock = json.dumps, time.perf_counter
+    for task in tasks:
         restore(snap)
         send(ev="task", task=task["id"])
         fn = ns.get(task["function"])
         if not callable(fn):
-            send(ev="missing", task=task["id"])
+            if task["cases"]:
+                send(ev="missing", task=task["id"])
             send(ev="task_done", task=task["id"])
             continue
         for i, case in enumerate(task["cases"]):
@@ -339,16 +310,64 @@ def main():
             try:
                 out = encode(value)
                 size = len(dumps(out, allow_nan=False))
-                if size > lim["max_output"]:
-                    raise TypeError(f"the result is {size} bytes of data; at most "
-                                    f"{lim['max_output']} are accepted")
+                if size > max_output:
+                    raise TypeError(f"the result is {size} bytes of data; at most {max_output} are accepted")
                 send(ev="result", task=task["id"], i=i, ok=True, value=out, seconds=seconds)
             except BaseException as exc:
                 send(ev="result", task=task["id"], i=i, ok=False, kind="bad_output",
-                     message=describe_error(exc, {})[1],
-                     where="", seconds=seconds)
+                     message=describe_error(exc, {})[1], where="", seconds=seconds)
             restore(snap)
         send(ev="task_done", task=task["id"])
+
+
+def main():
+    fd = int(sys.argv[1])
+    write, dumps = os.write, json.dumps
+    stdin, out, err = sys.stdin.buffer, sys.stdout, sys.stderr
+
+    def send(**event):
+        data = (dumps(event, allow_nan=False) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            view = view[write(fd, view):]
+
+    job = json.loads(stdin.readline())
+    lim = job["limits"]
+    import numpy  # noqa: F401  (every exercise uses it; imported before the limits, hook and snapshot)
+    if job.get("torch"):
+        import torch  # noqa: F401
+    set_limits(lim["memory_bytes"], lim["cpu_seconds"], lim["file_bytes"], lim.get("processes"))
+    if job.get("audit", True):   # a second layer; tests switch it off to check the sandbox alone
+        install_hook(os.getcwd(), job.get("deny", ()))
+    snap = snapshot()
+    send(ev="ready")
+
+    ns = {"__name__": "__graded__", "__builtins__": builtins}
+    cell_names = {}
+    for cell in job["cells"]:
+        name = f"<cell {cell['key']}>"
+        cell_names[name] = cell["label"]
+        lines = cell["source"].splitlines(True)
+        linecache.cache[name] = (len(cell["source"]), None, lines, name)
+        send(ev="cell", key=cell["key"])
+        error = None
+        try:
+            exec(compile(cell["source"], name, "exec"), ns)
+        except BaseException as exc:   # SystemExit and KeyboardInterrupt included
+            kind, msg, where = describe_error(exc, cell_names)
+            error = {"kind": kind, "message": msg, "where": where}
+        restore(snap)
+        send(ev="cell_done", key=cell["key"], error=error)
+    run_tasks(job["tasks"], ns, snap, send, cell_names, lim["max_output"])
+    del job
+    for stream in (out, err):   # what the public cases printed goes out before the parent stops listening
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    send(ev="hidden")
+    later = json.loads(stdin.readline())
+    run_tasks(later["tasks"], ns, snap, send, cell_names, lim["max_output"])
     send(ev="done")
 
 

@@ -7,14 +7,19 @@ Written to OUT_DIR, each file atomically:
     grades.csv                    one row per student, one column per task, and the total
     results/<student>.json        Gradescope's results format (score, tests[...]) + our resume key
     feedback/<student>.txt        what each task got and why, in the learner's words
-    summary.txt, run.json         mean per task and failures by kind; the seed of this class run
-A rerun skips every student whose results file carries the same content hash (same notebooks,
-same seed, cases and limits), so an interrupted run resumes without losing or repeating a grade.
+    summary.txt, run.json         mean per task and failures by kind; the seed and isolation of the run
+    .resume-key                   the secret that authenticates results/*.json (mode 0600)
+Student code runs in a sandbox (isolation.py); where none can be built, grading refuses unless
+`trust=True` (--trust-submissions), and the summary and run.json then say the run was not isolated.
+A rerun skips every student whose results file carries a valid MAC and the same content hash
+(same notebooks, same seed, cases and limits), so an interrupted run resumes without losing or
+repeating a grade; a record that fails the check is regraded.
 """
 from __future__ import annotations
 
 import csv
 import hashlib
+import hmac
 import io
 import json
 import os
@@ -25,150 +30,166 @@ import traceback
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
+from . import isolation
 from .check import format_result
 from .evaluate import WORDS, failed_all, grade_notebook
-from .notebook import NotebookError, atomic_write, chapter_of, read_notebook
+from .notebook import atomic_write
 from .prepare import SetupError, fingerprint, prepare
 from .public import CHAPTERS
 from .sandbox import Limits
+from .submissions import find_submissions as _find
 
-VERSION = "1"
+VERSION = "2"
+KEY_FILE = ".resume-key"
 
 
 def safe_name(student: str) -> str:
-    safe = re.sub(r"[^\w.@-]", "_", student).lstrip(".") or "_"
-    return safe if safe == student else f"{safe}-{hashlib.sha1(student.encode()).hexdigest()[:6]}"
+    safe = re.sub(r"[^\w.@-]", "_", student, flags=re.ASCII).lstrip(".") or "_"
+    return safe if safe == student else f"{safe}-{hashlib.sha1(student.encode('utf-8', 'backslashreplace')).hexdigest()[:6]}"
 
 
 def find_submissions(root: str, chapter: str | None = None):
-    """{student: {chapter: path}} and notes about files that were skipped."""
-    if not os.path.isdir(root):
-        raise SetupError(f"{root} is not a folder of submissions")
-    found, notes = {}, []
-    for entry in sorted(os.listdir(root)):
-        path = os.path.join(root, entry)
-        if entry.startswith("."):
-            continue
-        if os.path.isdir(path):
-            files = found.setdefault(entry, {})
-            for rel in _notebooks_under(path):   # downloads often nest folders: look inside them
-                ch = _chapter(os.path.join(path, rel), chapter)
-                name = os.path.basename(rel)
-                if ch is None:
-                    notes.append(f"{entry}/{rel}: not one of the exercises, ignored")
-                elif ch in files and name != ch + ".ipynb":
-                    notes.append(f"{entry}/{rel}: a second notebook for {ch}, ignored")
-                else:
-                    files[ch] = os.path.join(path, rel)
-        elif entry.endswith(".ipynb"):
-            found.setdefault(entry[:-6], {})[_chapter(path, chapter, by_name=False)] = path
-    return found, notes
-
-
-def _notebooks_under(folder: str) -> list:
-    """Relative paths of the .ipynb files in `folder` and below, canonical names first."""
-    found = []
-    for dirpath, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found += [os.path.relpath(os.path.join(dirpath, f), folder) for f in sorted(files)
-                  if f.endswith(".ipynb") and not f.startswith(".")]
-    return sorted(found, key=lambda rel: (os.path.basename(rel)[:-6] not in CHAPTERS, rel.count(os.sep), rel))
-
-
-def _chapter(path, forced, by_name=True):
-    if forced:
-        return forced
+    """{student: Student} (submissions.Student: files by chapter, notes) and notes for the summary."""
     try:
-        nb = read_notebook(path)
-    except NotebookError:
-        nb = None
-    return chapter_of(path if by_name else "", nb, CHAPTERS)
+        return _find(root, CHAPTERS, chapter)
+    except NotADirectoryError as e:
+        raise SetupError(str(e)) from None
 
 
-def _unknown(path: str) -> str:
+def _resume_key(out: str) -> bytes:
+    """The secret that signs results/*.json: read once, kept in memory. Children never see it
+    (the output folder is not in their world)."""
+    path = os.path.join(out, KEY_FILE)
     try:
-        read_notebook(path)
-    except NotebookError as e:
-        return str(e)
-    return (f"{os.path.basename(path)}: can't tell which exercise this is (no exercise metadata); "
-            "the instructor can pass --chapter")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            key = bytes.fromhex(f.read(100).decode("ascii").strip())
+        if len(key) == 32:
+            return key
+    except (OSError, ValueError):
+        pass
+    key = secrets.token_bytes(32)
+    tmp = f"{path}.tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key.hex().encode() + b"\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return key
 
 
-def _hash_file(path: str) -> str:
-    h = hashlib.sha256()
+def _mac(key: bytes, record: dict) -> str:
+    body = {k: v for k, v in record.items() if k != "extra_data"}
+    body["extra_data"] = {k: v for k, v in record.get("extra_data", {}).items() if k != "mac"}
+    return hmac.new(key, json.dumps(body, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+
+
+def _trusted(record, key: bytes, want: str) -> bool:
     try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    except OSError as e:
-        h.update(repr(e).encode())
-    return h.hexdigest()
+        extra = record["extra_data"]
+        return (extra["key"] == want and isinstance(extra.get("mac"), str)
+                and hmac.compare_digest(extra["mac"], _mac(key, record)))
+    except (KeyError, TypeError, AttributeError):
+        return False
+
+
+def refusal(box) -> str:
+    return (f"student code can't be isolated on this machine: {box.why}. Grade on Linux with bubblewrap "
+            "(apt-get install bubblewrap), or, only if you trust every submission, pass --trust-submissions: "
+            "the run is then marked as not isolated")
 
 
 def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden: str | None = None,
                 seed: int | None = None, limits: Limits = Limits(), chapter: str | None = None,
-                jobs: int = 1, progress: bool = True) -> dict:
-    """Grade every submission; returns {student: record}. See the module docstring."""
+                jobs: int = 1, progress: bool = True, trust: bool = False, box=None) -> dict:
+    """Grade every submission; returns {student: record}. See the module docstring.
+    `box`: the isolation.Sandbox to use (default: isolation.probe())."""
+    box = isolation.probe() if box is None else box
+    if not box.isolated and not trust:
+        raise SetupError(refusal(box))
+    try:
+        isolation.check_hidden_from([solutions, hidden, out, submissions], box)
+    except ValueError as e:
+        raise SetupError(str(e)) from None
     for sub in ("results", "feedback", "."):
         os.makedirs(os.path.join(out, sub), exist_ok=True)
         for name in os.listdir(os.path.join(out, sub)):   # left by a run killed mid-write
             if re.search(r"\.tmp\d+$", name):
                 os.remove(os.path.join(out, sub, name))
-    found, notes = find_submissions(submissions, chapter)
+    secret = _resume_key(out)
     run_file = os.path.join(out, "run.json")
     if seed is None and os.path.exists(run_file):
-        with open(run_file) as f:
-            seed = json.load(f).get("seed")
-    seed = secrets.randbelow(10**9) if not isinstance(seed, int) else seed
-    atomic_write(run_file, json.dumps({"seed": seed, "version": VERSION}) + "\n")
-    chapters = sorted({ch for files in found.values() for ch in files if ch} | ({chapter} if chapter else set()))
-    for files in found.values():   # a lone <student>.ipynb without metadata: the class's only exercise
-        if None in files and len(chapters) == 1 and chapters[0] not in files:
-            files[chapters[0]] = files.pop(None)
+        try:
+            with open(run_file) as f:
+                seed = json.load(f).get("seed")
+        except (OSError, ValueError, AttributeError):
+            seed = None
+    seed = secrets.randbelow(10**9) if not isinstance(seed, int) or isinstance(seed, bool) else seed
+    found, notes = find_submissions(submissions, chapter)
+    chapters = sorted({ch for st in found.values() for ch in st.files if ch} | ({chapter} if chapter else set()))
+    for st in found.values():   # a lone <student>.ipynb without metadata: the class's only exercise
+        if None in st.files and len(chapters) == 1 and chapters[0] not in st.files:
+            st.files[chapters[0]] = st.files.pop(None)
+    # every trusted input is read (and hashed) here, before any student code runs
     prepared = {ch: prepare(ch, solutions, hidden, seed) for ch in chapters}
+    isolated = box.isolated
+    how = box.describe() if isolated else f"NOT ISOLATED (--trust-submissions): {box.why}"
+    atomic_write(run_file, json.dumps({"seed": seed, "version": VERSION, "isolated": isolated, "isolation": how,
+                                       "inputs": {k: v for ch in prepared.values() for k, v in ch.inputs.items()}},
+                                      indent=1) + "\n")
+    sandbox = box if isolated else None
     deny = [os.path.abspath(p) for p in (solutions, hidden, out, submissions) if p]
-    config = json.dumps([VERSION, seed, {c: fingerprint(p) for c, p in prepared.items()}, limits.__dict__])
+    config = json.dumps([VERSION, seed, isolated, {c: fingerprint(p) for c, p in prepared.items()}, limits.__dict__])
 
     records, todo = {}, []
-    for student, files in found.items():
-        key = hashlib.sha256((config + json.dumps(sorted((c or "", _hash_file(p)) for c, p in files.items())))
-                             .encode()).hexdigest()
-        old = _load(os.path.join(out, "results", safe_name(student) + ".json"))
-        if old and old.get("extra_data", {}).get("key") == key:
-            records[student] = old
+    for name, st in found.items():
+        key = hashlib.sha256((config + json.dumps(sorted((c or "", s.digest) for c, s in st.files.items()))
+                              + json.dumps(st.notes)).encode()).hexdigest()
+        old = _load(os.path.join(out, "results", safe_name(name) + ".json"))
+        if old is not None and _trusted(old, secret, key):
+            records[name] = old
         else:
-            todo.append((student, files, key))
+            todo.append((name, st, key))
 
     def work(item):
-        student, files, key = item
+        name, st, key = item
         results = []
         for ch in chapters:
-            if ch in files:
-                results.append(grade_notebook(files[ch], prepared[ch], limits, deny))
-            elif None in files:
-                results.append(failed_all(prepared[ch], files[None], "malformed", _unknown(files[None])))
+            sub = st.files.get(ch)
+            if sub is not None and sub.nb is not None:
+                results.append(grade_notebook(sub.shown, prepared[ch], limits, deny, sandbox, sub.nb))
+            elif sub is not None:
+                results.append(failed_all(prepared[ch], sub.shown, "malformed", sub.error))
+            elif None in st.files:
+                unknown = st.files[None]
+                results.append(failed_all(prepared[ch], unknown.shown, "malformed", unknown.error or (
+                    f"{unknown.shown}: can't tell which exercise this is (no exercise metadata); "
+                    "the instructor can pass --chapter")))
             else:
                 results.append(failed_all(prepared[ch], "", "not_submitted", f"{ch}.ipynb was not submitted"))
-        return student, key, results
+        if results:
+            results[0].notes[:0] = st.notes
+        return name, key, results
 
     start, bar = time.monotonic(), _bar(len(todo), progress)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = [pool.submit(_safely, work, item) for item in todo]
-        for (student, _files, key), fut in zip(todo, futures):
+        for (name, _st, key), fut in zip(todo, futures):
             outcome = fut.result()
             if isinstance(outcome, str):   # a fault of the grader, not of the student: retried next run
-                records[student] = _error_record(student, prepared, outcome)
+                records[name] = _error_record(name, prepared, outcome)
             else:
-                records[student] = _record(student, outcome[2], key)
-                atomic_write(os.path.join(out, "results", safe_name(student) + ".json"),
-                             json.dumps(records[student], indent=1) + "\n")
-                atomic_write(os.path.join(out, "feedback", safe_name(student) + ".txt"),
-                             _feedback(student, outcome[2]))
+                rec = _record(name, outcome[2], key)
+                rec["extra_data"]["mac"] = _mac(secret, rec)
+                records[name] = rec
+                atomic_write(os.path.join(out, "results", safe_name(name) + ".json"), json.dumps(rec, indent=1) + "\n")
+                atomic_write(os.path.join(out, "feedback", safe_name(name) + ".txt"), _feedback(name, outcome[2]))
             _write_csv(os.path.join(out, "grades.csv"), found, records, prepared)
             bar.update(1)
     bar.close()
     _write_csv(os.path.join(out, "grades.csv"), found, records, prepared)
-    text = summary(records, prepared, len(todo), time.monotonic() - start, notes)
+    text = summary(records, prepared, len(todo), time.monotonic() - start, notes, how)
     atomic_write(os.path.join(out, "summary.txt"), text)
     if progress:
         print(text)
@@ -189,8 +210,8 @@ def _safely(fn, item):
 
 def _load(path):
     try:
-        with open(path) as f:
-            data = json.load(f)
+        with open(path, "rb") as f:
+            data = json.loads(f.read(8 << 20).decode("utf-8"))
         return data if isinstance(data, dict) and isinstance(data.get("tests"), list) else None
     except (OSError, ValueError):
         return None
@@ -249,11 +270,12 @@ def _write_csv(path, found, records, prepared):
     atomic_write(path, buf.getvalue())
 
 
-def summary(records, prepared, graded, seconds, notes) -> str:
+def summary(records, prepared, graded, seconds, notes, how: str = "") -> str:
     tasks = [p.task for ch in prepared.values() for p in ch.tasks]
     n = len(records)
     lines = [f"Graded {graded} submission{'s' if graded != 1 else ''} in {seconds:.1f} s "
-             f"({n - graded} kept from an earlier run); {n} in the table.", "",
+             f"({n - graded} kept from an earlier run); {n} in the table.",
+             f"Isolation: {how}" if how else "", "",
              f"{'task':<6} {'mean':>6} {'max':>5}  full marks"]
     kinds = Counter()
     for t in tasks:

@@ -84,22 +84,26 @@ def failed_all(chapter: Chapter, path: str, kind: str, message: str) -> Notebook
 
 
 def grade_notebook(path: str, chapter: Chapter, limits: sandbox.Limits = sandbox.Limits(),
-                   deny=()) -> NotebookResult:
-    """Grade one notebook against a prepared chapter: read, run out of process, compare."""
+                   deny=(), box=None, nb: dict | None = None) -> NotebookResult:
+    """Grade one notebook against a prepared chapter: read, run out of process, compare.
+    `box`: an isolation.Sandbox for the child (None: a plain limited process); `nb`: the
+    notebook already read (then `path` only names it)."""
     name = os.path.basename(path)
-    try:
-        nb = read_notebook(path)
-    except NotebookError as e:
-        return failed_all(chapter, path, "malformed", str(e))
+    if nb is None:
+        try:
+            nb = read_notebook(path, strip=True)
+        except NotebookError as e:
+            return failed_all(chapter, path, "malformed", str(e))
     tasks = [p.task for p in chapter.tasks]
     cells, where, notes = graded_cells(nb, tasks)
     if not cells:
         return failed_all(chapter, path, "missing",
                           f"{name} has no graded cells (code cells tagged 'graded'): was the tag removed, "
                           "or is this the right notebook?")
-    jobs = [sandbox.TaskJob(p.task.id, p.task.function, p.encoded) for p in chapter.tasks]
-    run = sandbox.run(cells, jobs, limits, deny)
-    res = NotebookResult(chapter.name, path, notes=list(notes), output=run.output, seconds=run.seconds)
+    jobs = [sandbox.TaskJob(p.task.id, p.task.function, p.encoded[:p.public], p.encoded[p.public:])
+            for p in chapter.tasks]
+    run = sandbox.run(cells, jobs, limits, deny, sandbox=box)
+    res = NotebookResult(chapter.name, path, notes=list(notes) + run.notes, output=run.output, seconds=run.seconds)
     labels = {c.key: c.label for c in cells}
     for key, err in run.cell_errors.items():
         if key not in where.values():

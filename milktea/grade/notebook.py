@@ -13,7 +13,9 @@ import re
 
 from .sandbox import Cell
 
-MAX_BYTES = 20 << 20
+MAX_FILE_BYTES = 64 << 20   # a notebook file as submitted, stored outputs (plots) included
+MAX_CODE_BYTES = 2 << 20    # the source of all its cells, once the outputs are dropped
+MAX_CELLS = 2000
 CHAPTER = re.compile(r"^(\d\d)")
 
 
@@ -21,33 +23,55 @@ class NotebookError(ValueError):
     """The file is not a notebook the grader can read; the message says what is wrong."""
 
 
-def read_notebook(path: str) -> dict:
-    """Parse and check a .ipynb file. Raises NotebookError with a learner-readable reason."""
+def read_notebook(path: str, strip: bool = False) -> dict:
+    """Parse and check a .ipynb file. Raises NotebookError with a learner-readable reason.
+    `strip` drops the stored outputs (the grader never needs them)."""
     name = os.path.basename(path)
     try:
         size = os.path.getsize(path)
-        if size > MAX_BYTES:
-            raise NotebookError(f"{name} is {size >> 20} MB; clear its outputs (Edit > Clear All Outputs) and save")
+        if size > MAX_FILE_BYTES:
+            raise NotebookError(f"{name} is {size >> 20} MB, over the {MAX_FILE_BYTES >> 20} MB limit: "
+                                "clear its outputs (Edit > Clear All Outputs) and save")
         with open(path, "rb") as f:
-            raw = f.read()
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
         raise NotebookError(f"{name} could not be read: {e.strerror or e}") from None
+    return parse_notebook(raw, name, strip)
+
+
+def parse_notebook(raw: bytes, name: str, strip: bool = True) -> dict:
+    """Check a notebook's bytes piece by piece. Only the cells' text counts against the code
+    limit, never their stored outputs (dropped when `strip`): a notebook full of plots is
+    graded like a clean one."""
+    if len(raw) > MAX_FILE_BYTES:
+        raise NotebookError(f"{name} is over the {MAX_FILE_BYTES >> 20} MB limit: clear its outputs and save")
     try:
         nb = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise NotebookError(f"{name} is not a notebook (not valid JSON): was it saved from Jupyter?") from None
+    del raw
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise NotebookError(f"{name} has no list of cells: it is not a Jupyter notebook")
+    if len(nb["cells"]) > MAX_CELLS:
+        raise NotebookError(f"{name} has {len(nb['cells'])} cells; at most {MAX_CELLS} are read")
+    code = 0
     for i, cell in enumerate(nb["cells"]):
         if not isinstance(cell, dict) or not isinstance(cell.get("cell_type"), str):
             raise NotebookError(f"{name}: cell {i + 1} is malformed")
+        if strip:
+            cell.pop("outputs", None)
+            cell.pop("attachments", None)
         src = cell.get("source", "")
         if isinstance(src, list) and all(isinstance(s, str) for s in src):
             cell["source"] = "".join(src)
         elif not isinstance(src, str):
             raise NotebookError(f"{name}: cell {i + 1} has no readable source")
+        code += len(cell["source"])
         if not isinstance(cell.get("metadata", {}), dict):
             cell["metadata"] = {}
+    if code > MAX_CODE_BYTES:
+        raise NotebookError(f"{name} holds {code >> 10} KB of text in its cells, over the "
+                            f"{MAX_CODE_BYTES >> 10} KB limit")
     if not isinstance(nb.get("metadata", {}), dict):
         nb["metadata"] = {}
     return nb
@@ -64,7 +88,7 @@ def atomic_write(path: str, text: str) -> None:
     """Write a temporary file next to `path`, flush it to disk, then rename it over `path`:
     a reader sees the old file or the new one, never half of one."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open(tmp, "w", encoding="utf-8", errors="backslashreplace") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.util
 import json
 import os
+import types
 import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .child import decode, encode
-from .notebook import cell_tasks, read_notebook
+from .notebook import NotebookError, cell_tasks, parse_notebook
 from .public import CHAPTERS
 from .spec import Case, Task
 
@@ -48,18 +48,35 @@ class Chapter:
     name: str
     tasks: list = field(default_factory=list)   # [PreparedTask]
     seed: int = 0
+    inputs: dict = field(default_factory=dict)  # file -> sha256 of the bytes read (solution, hidden tests)
 
     @property
     def points(self) -> float:
         return sum(p.task.points for p in self.tasks)
 
 
-def load_reference(solutions_dir: str, chapter: str) -> dict:
-    """The solution notebook's graded functions, by name."""
+def _read_once(path: str) -> tuple[bytes, str]:
+    """A trusted input's bytes, read once (never again from disk), and their sha256."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise SetupError(f"{path} could not be read: {e.strerror or e}") from None
+    return raw, hashlib.sha256(raw).hexdigest()
+
+
+def load_reference(solutions_dir: str, chapter: str, inputs: dict | None = None) -> dict:
+    """The solution notebook's graded functions, by name. `inputs` collects {path: sha256}."""
     path = os.path.join(solutions_dir, chapter + ".ipynb")
     if not os.path.exists(path):
         raise SetupError(f"no solution notebook {path}: pass --solutions DIR (the folder with {chapter}.ipynb)")
-    nb = read_notebook(path)
+    raw, digest = _read_once(path)
+    if inputs is not None:
+        inputs[os.path.abspath(path)] = digest
+    try:
+        nb = parse_notebook(raw, path)
+    except NotebookError as e:
+        raise SetupError(str(e)) from None
     ns: dict = {"__name__": f"solution_{chapter}"}
     for cell in nb["cells"]:
         if cell_tasks(cell):
@@ -70,15 +87,18 @@ def load_reference(solutions_dir: str, chapter: str) -> dict:
     return ns
 
 
-def load_hidden(hidden_dir: str | None, chapter: str) -> dict:
+def load_hidden(hidden_dir: str | None, chapter: str, inputs: dict | None = None) -> dict:
     if not hidden_dir:
         return {}
     path = os.path.join(hidden_dir, chapter + ".py")
     if not os.path.exists(path):
         return {}
-    spec = importlib.util.spec_from_file_location(f"hidden_{chapter}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    raw, digest = _read_once(path)
+    if inputs is not None:
+        inputs[os.path.abspath(path)] = digest
+    module = types.ModuleType(f"hidden_{chapter}")
+    module.__file__ = path
+    exec(compile(raw, path, "exec"), module.__dict__)
     cases = getattr(module, "CASES", None)
     known = {t.id for t in CHAPTERS[chapter]}
     if not isinstance(cases, dict) or not set(cases) <= known:
@@ -101,9 +121,9 @@ def task_rng(seed: int, task_id: str, hidden: bool = False) -> np.random.Generat
 def prepare(chapter: str, solutions_dir: str, hidden_dir: str | None = None, seed: int = 0) -> Chapter:
     if chapter not in CHAPTERS:
         raise SetupError(f"unknown exercise {chapter!r}; known: {', '.join(CHAPTERS)}")
-    ref = load_reference(solutions_dir, chapter)
-    hidden = load_hidden(hidden_dir, chapter)
     out = Chapter(chapter, seed=seed)
+    ref = load_reference(solutions_dir, chapter, out.inputs)
+    hidden = load_hidden(hidden_dir, chapter, out.inputs)
     for task in CHAPTERS[chapter]:
         cases = [_as_case(c, task.id) for c in task.cases(task_rng(seed, task.id), ref)]
         extra = hidden.get(task.id, [])

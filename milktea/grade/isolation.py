@@ -1,0 +1,145 @@
+"""The world a child runs in: built by the kernel (namespaces and mounts), not by Python.
+
+On Linux the class grader starts every child through bubblewrap (`bwrap`):
+  - new PID, mount, network, IPC and UTS namespaces: the child sees only its own processes,
+    has no network at all, and killing its PID-namespace init ends everything it started;
+  - an unprivileged user id: a fresh one per child when the grader runs as root (dropped with
+    `setpriv`, so RLIMIT_NPROC counts that child alone), else uid 65534 in a user namespace;
+  - a file system of read-only mounts holding only the Python installation (the venv, the
+    base interpreter, /usr and the libraries), the child script itself, a fresh /proc of the
+    new PID namespace, a minimal /dev, and a size-limited private tmpfs as /tmp (also $HOME).
+The course, the solutions, the hidden tests, the submissions and the outputs are not mounted.
+
+    >>> "--unshare-net" in command(["python", "-c", "0"], Sandbox("bwrap", "/usr/bin/bwrap"))
+    True
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+CHILD_PATH = "/grader/child.py"       # where child.py appears inside the sandbox
+FIRST_UID = 150_000                   # unprivileged ids handed to children when the grader is root
+_uids = itertools.count(secrets.randbelow(40_000))
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How children are isolated: `kind` is "bwrap", or "none" with `why` saying what is missing."""
+    kind: str
+    tool: str = ""
+    why: str = ""
+
+    @property
+    def isolated(self) -> bool:
+        return self.kind != "none"
+
+    def describe(self) -> str:
+        if not self.isolated:
+            return f"not isolated: {self.why}"
+        who = "a fresh unprivileged uid per child (setpriv)" if os.geteuid() == 0 else "uid 65534 in a user namespace"
+        return (f"bubblewrap ({self.tool}): new PID, mount, network, IPC and UTS namespaces, {who}, "
+                "read-only Python installation, private /tmp")
+
+
+def python_roots() -> list[str]:
+    """Folders the child's Python needs: the prefixes (venv and base) and the interpreter's own."""
+    roots = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+             os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
+    for var in ("LD_LIBRARY_PATH",):   # some clusters need it to load torch at all
+        roots.update(p for p in os.environ.get(var, "").split(":") if p)
+    real = sorted({os.path.realpath(r) for r in roots if r and os.path.isdir(r)})
+    # keep the outermost folders only; "/" or /usr itself are covered by the system mounts
+    out = []
+    for r in real:
+        if r in ("/", "/usr") or r.startswith("/usr/") or any(r.startswith(o + "/") for o in out):
+            continue
+        out.append(r)
+    return out
+
+
+def check_hidden_from(paths, sandbox: Sandbox) -> None:
+    """ValueError if a folder the child must not see would be visible inside its mounts."""
+    if not sandbox.isolated:
+        return
+    roots = python_roots() + ["/usr"]
+    for p in paths:
+        if not p:
+            continue
+        real = os.path.realpath(p)
+        for r in roots:
+            if real == r or real.startswith(r + "/"):
+                raise ValueError(f"{p} lies inside {r}, which children see (it holds Python): "
+                                 "keep solutions, hidden tests, submissions and outputs outside it")
+
+
+def command(argv: list[str], sandbox: Sandbox, tmp_mb: int = 64, child_script: str = "",
+            info_fd: int | None = None) -> list[str]:
+    """The command line that runs `argv` (the child's Python) inside a fresh sandbox.
+    `info_fd` (passed to the child) receives the PID of the PID-namespace init, which the
+    parent kills to end everything the child started."""
+    b = [sandbox.tool, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
+         "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "grader",
+         "--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            b += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            b += ["--ro-bind", top, top]
+    if os.path.exists("/etc/ld.so.cache"):
+        b += ["--perms", "0755", "--dir", "/etc", "--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    made = set()
+    for root in python_roots():
+        parts = root.split("/")
+        for n in range(2, len(parts)):   # parents made by bwrap would be 0700: unreadable for the child
+            parent = "/".join(parts[:n])
+            if parent not in made:
+                made.add(parent)
+                b += ["--perms", "0755", "--dir", parent]
+        b += ["--ro-bind", root, root]
+    if child_script:
+        b += ["--perms", "0755", "--dir", os.path.dirname(CHILD_PATH), "--ro-bind", child_script, CHILD_PATH]
+    b += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
+          "--chdir", "/tmp"]
+    if info_fd is not None:
+        b += ["--info-fd", str(info_fd)]
+    if os.geteuid() == 0:
+        # no user namespace: a real, unused uid, so RLIMIT_NPROC binds (root is exempt from it)
+        uid = str(FIRST_UID + next(_uids) % 40_000)
+        b += ["--", shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}",
+              "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+    else:
+        b += ["--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL", "--"]
+    return b + list(argv)
+
+
+@functools.lru_cache(maxsize=1)
+def probe() -> Sandbox:
+    """Can this machine build a child's world? Tries one real sandbox (about 0.2 s, cached)."""
+    if not sys.platform.startswith("linux"):
+        return Sandbox("none", why=f"{sys.platform} has no Linux namespaces (grade on Linux, or in a Linux VM)")
+    tool = shutil.which("bwrap")
+    if not tool:
+        return Sandbox("none", why="bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
+    if os.geteuid() == 0 and not shutil.which("setpriv"):
+        return Sandbox("none", why="setpriv (util-linux) is missing, needed to drop root in the sandbox")
+    box = Sandbox("bwrap", tool)
+    argv = command([sys.executable, "-I", "-S", "-c", "import os; print(os.getuid() != 0 and sum(p.isdigit() for p in os.listdir('/proc')))"],
+                   box, tmp_mb=1)
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        return Sandbox("none", why=f"bubblewrap could not start ({e})")
+    out = done.stdout.strip()
+    if done.returncode != 0 or not out.isdigit() or int(out) > 5:
+        err = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        return Sandbox("none", why=f"bubblewrap cannot build namespaces here ({err}); in a container, "
+                                   "allow user namespaces or run it with --privileged/--cap-add SYS_ADMIN")
+    return box
+

@@ -1,0 +1,265 @@
+"""The sandbox alone (audit hook switched off): what student code can reach is what the
+kernel put in its world. Each attack returns what it managed to get; the tests assert it got
+nothing, that no file outside the child's /tmp changed and that no process outlived it."""
+import json
+import os
+import socket
+import textwrap
+import time
+
+import numpy as np
+import pytest
+from _grade_helpers import HIDDEN, ROOT, SOLUTIONS
+
+from milktea.grade import isolation
+from milktea.grade.child import encode
+from milktea.grade.sandbox import Cell, Limits, TaskJob, run
+
+BOX = isolation.probe()
+pytestmark = pytest.mark.skipif(not BOX.isolated, reason=f"no sandbox here: {BOX.why}")
+LIMITS = Limits(task_seconds=15, submission_seconds=60, memory_mb=1024)
+SECRET = "milktea-grader-secret-7f3a"
+MARK = "milktea-attack-7f3a"     # in the command line of every process an attack starts
+
+
+def attack(body: str, audit=False, cases=1, hidden=0):
+    """Run `def attack(x, k): <body>` in a sandboxed child; returns the Run."""
+    source = "import os, sys, json, time, signal, socket, subprocess\n\ndef attack(x, k):\n" + \
+        textwrap.indent(textwrap.dedent(body), "    ")
+    case = {"args": encode([np.arange(5.0), 2]), "kwargs": None}
+    return run([Cell("c0", "cell", source)], [TaskJob("1", "attack", [case] * cases, [case] * hidden)],
+               LIMITS, sandbox=BOX, audit=audit)
+
+
+def value(res):
+    o = res.outcomes["1"][0]
+    assert o.ok, (o.kind, o.message, res.output)
+    return o.value
+
+
+def survivors():
+    """Processes started by an attack, anywhere on the machine."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if MARK.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def snapshot(*folders):
+    state = {}
+    for folder in folders:
+        for dirpath, _, files in os.walk(folder):
+            for name in files:
+                path = os.path.join(dirpath, name)
+                st = os.lstat(path)
+                state[path] = (st.st_size, st.st_mtime_ns)
+    return state
+
+
+@pytest.fixture
+def secret_env(monkeypatch):
+    monkeypatch.setenv("MILKTEA_SECRET", SECRET)
+
+
+def test_the_world_holds_python_and_nothing_else(secret_env):
+    got = value(attack("""
+        top = sorted(os.listdir('/'))
+        etc = sorted(os.listdir('/etc'))
+        procs = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+        return json.dumps([top, etc, procs, os.getuid(), dict(os.environ), socket.gethostname()])
+    """))
+    top, etc, procs, uid, env, host = json.loads(got)
+    roots = isolation.python_roots()
+    for name in top:
+        if name not in ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "dev", "proc", "tmp", "etc", "grader"):
+            assert any(r.startswith(f"/{name}/") or r == f"/{name}" for r in roots), name
+    assert etc == ["ld.so.cache"] and len(procs) <= 3 and uid != 0 and host == "grader"
+    assert SECRET not in got and "MILKTEA_SECRET" not in env
+
+
+@pytest.mark.parametrize("path", [
+    str(SOLUTIONS / "03_topk.ipynb"), str(HIDDEN / "03_topk.py"), str(ROOT / "pyproject.toml"),
+    "/etc/passwd", "/etc/shadow", "/root/.bash_history", "/proc/1/environ", "/proc/self/environ",
+    f"/proc/{os.getpid()}/environ", "/sys/kernel/notes",
+])
+def test_files_outside_the_world_are_not_there(secret_env, path):
+    got = value(attack(f"""
+        try:
+            with open({path!r}, 'rb') as f:
+                return 'read: ' + f.read(4096).decode('latin-1')
+        except OSError as e:
+            return 'refused: ' + type(e).__name__
+    """))
+    if path.startswith("/proc/") and "environ" in path and got.startswith("read"):
+        assert SECRET not in got   # the sandbox's own processes: the scrubbed environment only
+    else:
+        assert got.startswith("refused"), got
+
+
+def test_dir_fd_and_relative_paths_reach_nothing():
+    got = value(attack(f"""
+        found = []
+        for start in ('/usr', '/usr/lib', '/tmp', '/proc/self/cwd', '/proc/self/root'):
+            try:
+                fd = os.open(start, os.O_RDONLY | os.O_DIRECTORY)
+            except OSError:
+                continue
+            for rel in ('../../..' + {str(SOLUTIONS)!r}, '../../../../etc/shadow', '../../..' + {str(ROOT)!r}):
+                try:
+                    found.append(os.listdir(os.open(rel, os.O_RDONLY, dir_fd=fd)))
+                except OSError:
+                    pass
+        return json.dumps(found)
+    """))
+    assert json.loads(got) == []
+
+
+def test_nothing_outside_tmp_can_be_written(tmp_path):
+    canary = tmp_path / "canary.txt"
+    canary.write_text("tea")
+    before = snapshot(tmp_path, SOLUTIONS)
+    got = value(attack(f"""
+        wrote = []
+        for p in ({str(canary)!r}, '/usr/evil', '/grader/child.py', '/etc/ld.so.cache', sys.prefix + '/evil',
+                  '/proc/sys/kernel/hostname', '/dev/evil', '/evil'):
+            try:
+                with open(p, 'w') as f:
+                    f.write('x')
+                wrote.append(p)
+            except OSError:
+                pass
+        with open('/tmp/mine.txt', 'w') as f:
+            f.write('ok')
+        return json.dumps(wrote)
+    """))
+    assert json.loads(got) == [] and snapshot(tmp_path, SOLUTIONS) == before and canary.read_text() == "tea"
+
+
+def test_no_network_at_all():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(b"\0milktea-grade-test")
+    unix.listen(1)
+    try:
+        got = value(attack(f"""
+            reached = []
+            for family, addr in ((socket.AF_INET, ('127.0.0.1', {server.getsockname()[1]})),
+                                 (socket.AF_UNIX, b'\\0milktea-grade-test'), (socket.AF_INET, ('1.1.1.1', 53))):
+                s = socket.socket(family)
+                s.settimeout(2)
+                try:
+                    s.connect(addr)
+                    reached.append(str(addr))
+                except OSError:
+                    pass
+            return json.dumps(reached)
+        """))
+    finally:
+        server.close()
+        unix.close()
+    assert json.loads(got) == []
+
+
+def test_signals_and_pidfds_cannot_reach_the_grader():
+    me = os.getpid()
+    got = value(attack(f"""
+        done = []
+        for pid in (1, {me}, os.getppid()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                done.append(('kill', pid))
+            except OSError:
+                pass
+        try:
+            fd = os.pidfd_open({me})
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+            done.append('pidfd')
+        except OSError:
+            pass
+        return json.dumps(done)
+    """))
+    assert json.loads(got) == []
+
+
+def test_a_fork_bomb_stops_at_the_process_limit_and_nothing_survives():
+    res = attack(f"""
+        n = 0
+        while n < 1000:
+            try:
+                pid = os.fork()
+            except OSError:
+                break
+            if pid == 0:
+                os.execv('/bin/sh', ['/bin/sh', '-c', 'sleep 60', {MARK!r}])
+            n += 1
+        return n
+    """)
+    assert value(res) < LIMITS.processes
+    assert survivors() == []
+
+
+def test_a_daemon_that_waits_then_writes_dies_with_the_sandbox(tmp_path):
+    target = tmp_path / "grades.csv"
+    target.write_text("student,total\nalice,16\n")
+    before = snapshot(tmp_path)
+    res = attack(f"""
+        script = "import os, time; time.sleep(3); open({str(target)!r}, 'w').write('forged'); open('/tmp/x', 'w')"
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.execv(sys.executable, [sys.executable, '-c', script, {MARK!r}])
+            os._exit(0)
+        os.wait()
+        return 1.0
+    """)
+    assert value(res) == 1.0
+    assert survivors() == []
+    time.sleep(4)
+    assert snapshot(tmp_path) == before and target.read_text().endswith("alice,16\n")
+
+
+def test_subprocesses_see_the_same_empty_world():
+    got = value(attack(f"""
+        out = subprocess.run(['/bin/sh', '-c', 'ls /; cat {SOLUTIONS}/03_topk.ipynb; id -u'],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout + out.stderr
+    """))
+    assert "BEGIN SOLUTION" not in got and "No such file" in got
+
+
+def test_the_private_tmp_is_bounded():
+    got = value(attack("""
+        written = 0
+        try:
+            for i in range(200):
+                with open(f'/tmp/f{i}', 'wb') as f:
+                    f.write(b'x' * (1 << 20))
+                written += 1
+        except OSError as e:
+            return f'{written} {type(e).__name__}'
+        return f'{written} none'
+    """))
+    n, err = got.split()
+    assert int(n) <= LIMITS.tmp_mb and err == "OSError"
+
+
+def test_hidden_inputs_never_come_back_in_the_output():
+    marker = 4242.4242
+    case = {"args": encode([np.array([1.0, 2.0]), 1]), "kwargs": None}
+    secret = {"args": encode([np.array([marker, 2.0]), 1]), "kwargs": None}
+    source = ("import os, sys\nseen = []\n"
+              "def attack(x, k):\n    seen.append(repr(list(x)))\n    print('args', seen)\n"
+              "    os.write(1, repr(seen).encode())\n    return 1.0\n"
+              "def later(x, k):\n    print('later', seen)\n    return 1.0\n")
+    res = run([Cell("c0", "cell", source)],
+              [TaskJob("1", "attack", [case], [secret]), TaskJob("2", "later", [case], [secret])],
+              LIMITS, sandbox=BOX)
+    assert [o.ok for o in res.outcomes["1"] + res.outcomes["2"]] == [True] * 4
+    assert "4242" not in res.output and "args" in res.output
