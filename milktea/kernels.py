@@ -11,14 +11,15 @@
 The two paths give the same bits: ``code = floor(x / scale + qmax + 1.5)`` (round
 half up, one IEEE division and one addition in float32, no fused multiply-add),
 ``scale = absmax / qmax`` (the maximum is exact in any order), and decoding is
-``(code - qmax - 1) * scale`` (one rounding, and no overflow for scales near
-float32's maximum). Sign's scale is a float64 sum of |x| on both paths, which
+``(code - qmax - 1) * scale`` (one rounding; scales are capped so that this stays
+finite for chunks whose max is near float32's largest value). Sign's scale is a float64 sum of |x| on both paths, which
 differ only in summation order: the float32 scale may differ in its last bit
 (checked by the tests); its sign bits are identical.
 Set ``MILKTEA_NUMBA=0`` to force the torch path.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -34,6 +35,18 @@ try:  # numba is a dependency, but the library must still work where it cannot l
     HAVE_NUMBA = True
 except Exception:  # pragma: no cover - depends on the environment
     HAVE_NUMBA = False
+
+
+@functools.lru_cache(maxsize=None)
+def scale_cap(qmax: int) -> float:
+    """The largest float32 scale with qmax * scale finite: scales are clamped to it, so
+    that a chunk whose max is near float32's largest value decodes finite."""
+    top = np.float32(np.finfo(np.float32).max)
+    c = top / np.float32(qmax)
+    with np.errstate(over="ignore"):
+        while not np.isfinite(c * np.float32(qmax)):
+            c = np.nextafter(c, np.float32(0))
+    return float(c)
 
 
 def use_numba(t: torch.Tensor) -> bool:
@@ -55,17 +68,17 @@ if HAVE_NUMBA:
     EXACT = {"nnan", "ninf", "nsz"}
 
     @njit(fastmath=EXACT, cache=True, nogil=True)
-    def _absmax_scale(xs, qmax):  # pragma: no cover - compiled, inlined by LLVM
-        """(scale, divisor) of one chunk: scale = max|x| / qmax; divisor = scale, or 1
-        where scale is 0 (then every |x| is so small that its code is the zero level)."""
+    def _absmax_scale(xs, qmax, cap):  # pragma: no cover - compiled, inlined by LLVM
+        """(scale, divisor) of one chunk: scale = max|x| / qmax (at most `cap`); divisor =
+        scale, or 1 where scale is 0 (then every |x| is so small its code is the zero level)."""
         m = np.float32(0.0)
         for i in range(xs.size):
             m = max(m, abs(xs[i]))
-        sc = m / np.float32(qmax)
+        sc = min(m / np.float32(qmax), cap)
         return sc, sc if sc > np.float32(0.0) else np.float32(1.0)
 
     @njit(parallel=True, fastmath=EXACT, cache=True, nogil=True)
-    def _nb_quantize(x, chunk, qmax, codes, scales):  # pragma: no cover - compiled
+    def _nb_quantize(x, chunk, qmax, cap, codes, scales):  # pragma: no cover - compiled
         n = x.size
         off = np.float32(qmax) + np.float32(1.5)   # offset qmax+1, plus 0.5 to round
         for c in prange((n + chunk - 1) // chunk):
@@ -73,7 +86,7 @@ if HAVE_NUMBA:
             e = min(s + chunk, n)
             xs = x[s:e]
             cs = codes[s:e]
-            scales[c], div = _absmax_scale(xs, qmax)
+            scales[c], div = _absmax_scale(xs, qmax, cap)
             for i in range(e - s):
                 cs[i] = np.uint8(np.int32(xs[i] / div + off))
 
@@ -90,7 +103,7 @@ if HAVE_NUMBA:
                 os_[i] = np.float32(np.int32(cs[i]) - (qmax + 1)) * sc
 
     @njit(parallel=True, fastmath=EXACT, cache=True, nogil=True)
-    def _nb_quantize_packed(x, chunk, qmax, bits, out, scales):  # pragma: no cover - compiled
+    def _nb_quantize_packed(x, chunk, qmax, cap, bits, out, scales):  # pragma: no cover - compiled
         # 4- and 2-bit codes, packed as they are made; every chunk starts on a byte
         n = x.size
         per = 8 // bits
@@ -99,7 +112,7 @@ if HAVE_NUMBA:
             s = c * chunk
             e = min(s + chunk, n)
             xs = x[s:e]
-            scales[c], div = _absmax_scale(xs, qmax)
+            scales[c], div = _absmax_scale(xs, qmax, cap)
             ob = out[s * bits // 8:(e * bits + 7) // 8]
             whole = (e - s) // per
             if bits == 4:
@@ -208,14 +221,14 @@ def quantize(x: torch.Tensor, chunk: int, qmax: int, out_codes: torch.Tensor | N
     scales = torch.empty(nch, dtype=torch.float32, device=x.device)
     if use_numba(x):
         _sync_threads()
-        _nb_quantize(_np(x), chunk, qmax, _np(codes), _np(scales))
+        _nb_quantize(_np(x), chunk, qmax, np.float32(scale_cap(qmax)), _np(codes), _np(scales))
         return codes, scales
     full = n - n % chunk
     pieces = [(x[:full].view(-1, chunk), codes[:full].view(-1, chunk), scales[: full // chunk])] if full else []
     if full < n:
         pieces.append((x[full:].view(1, -1), codes[full:].view(1, -1), scales[full // chunk:]))
     for xv, cv, sv in pieces:
-        sv.copy_(torch.linalg.vector_norm(xv, float("inf"), dim=1) / qmax)
+        sv.copy_((torch.linalg.vector_norm(xv, float("inf"), dim=1) / qmax).clamp_(max=scale_cap(qmax)))
         div = torch.where(sv > 0, sv, 1.0).unsqueeze(1)
         y = torch.div(xv, div).add_(qmax + 1.5)
         cv.copy_(y.to(torch.int32))   # y > 0, so the cast is floor; the result fits a byte
@@ -293,7 +306,7 @@ def quantize_packed(x: torch.Tensor, chunk: int, bits: int) -> tuple[torch.Tenso
         n = x.numel()
         out = torch.empty((n * bits + 7) // 8, dtype=torch.uint8)
         scales = torch.empty((n + chunk - 1) // chunk, dtype=torch.float32)
-        _nb_quantize_packed(_np(x), chunk, qmax, bits, _np(out), _np(scales))
+        _nb_quantize_packed(_np(x), chunk, qmax, np.float32(scale_cap(qmax)), bits, _np(out), _np(scales))
         return out, scales
     codes, scales = quantize(x, chunk, qmax)
     return pack(codes, bits), scales

@@ -24,8 +24,9 @@ from ..packet import Packet, register_codec
 from .base import (Compressor, add_pieces, expect_layout, expect_nbytes, flat_float32, from_bytes,
                    output, to_bytes)
 
-#: Largest finite float32: a norm beyond it is sent as this (see QSGD).
-FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+#: Norms saturate here (half of float32's largest value), so that norm / levels * levels
+#: cannot round past the largest float32 when decoded (see QSGD).
+NORM_MAX = float(torch.finfo(torch.float32).max) / 2
 
 QUANT_BITS = (8, 4, 2)
 
@@ -85,7 +86,7 @@ class Quantize(Compressor):
         n, q = x.numel(), self.qmax
         pad = (-n) % chunk
         xp = torch.nn.functional.pad(x, (0, pad)).view(-1, chunk)
-        scales = torch.linalg.vector_norm(xp, float("inf"), dim=1) / q
+        scales = (torch.linalg.vector_norm(xp, float("inf"), dim=1) / q).clamp_(max=kernels.scale_cap(q))
         div = torch.where(scales > 0, scales, 1.0).unsqueeze(1)
         u = torch.rand(xp.shape, generator=self._gen).to(x.device)
         y = (xp / div).add_(q + 1).add_(u)
@@ -173,14 +174,14 @@ class QSGD(Compressor):
 
     def _norms(self, xp: torch.Tensor) -> torch.Tensor:
         """Per-row norm in float32, without overflow: the max-norm is exact; the 2-norm is
-        max|x| * ||x / max|x|||, in float64, and saturates at float32's largest value
-        (entries then still decode finite, at most the norm)."""
+        max|x| * ||x / max|x|||, in float64, and saturates at NORM_MAX (entries then
+        still decode finite, at most the norm)."""
         m = torch.linalg.vector_norm(xp, float("inf"), dim=1)
         if self.ord == float("inf"):
             return m
         safe = torch.where(m > 0, m, 1.0).unsqueeze(1)
         norms = m.double() * torch.linalg.vector_norm(xp / safe, self.ord, dim=1).double()
-        return norms.clamp_(max=FLOAT32_MAX).float()
+        return norms.clamp_(max=NORM_MAX).float()
 
     def _compress(self, t):
         x = flat_float32(t)
