@@ -303,13 +303,29 @@ def calibrate(sizes_bytes, times_s, workers: int, collective: str = "allreduce")
 def fit_allreduce_link(sizes_bytes, times_s, workers: int) -> Link:
     """:func:`calibrate` for ring all-reduce times, robust to noise on fast links: if the
     least-squares fit is unphysical, alpha comes from the smallest message and B from the
-    largest (sizes in increasing order)."""
+    largest. Needs at least two distinct sizes (and valid times), like :func:`calibrate`.
+
+    >>> fit_allreduce_link([1e3, 1e7], [ring_allreduce_time(m, 4, Link(1e9, 20e-6)) for m in (1e3, 1e7)], 4)
+    Link(8.00 Gbit/s, 20 us)
+    """
+    N = _workers(workers)
+    m = np.asarray(sizes_bytes, dtype=np.float64).ravel()
+    t = np.asarray(times_s, dtype=np.float64).ravel()
+    if m.shape != t.shape:
+        raise ValueError(f"need one time per size, got {m.size} sizes and {t.size} times")
+    if not (np.isfinite(m).all() and np.isfinite(t).all()) or (m < 0).any() or (t <= 0).any():
+        raise ValueError("sizes must be finite and >= 0, times finite and > 0")
+    if np.unique(m).size < 2:
+        raise ValueError(f"need at least 2 distinct message sizes to separate latency from bandwidth, "
+                         f"got {np.unique(m).size}; time a small and a large all-reduce")
+    if N == 1:
+        raise ValueError("a 1-worker all-reduce sends nothing: calibrate with workers >= 2")
     try:
-        return calibrate(sizes_bytes, times_s, workers, collective="allreduce")
-    except ValueError:
-        N = _workers(workers)
-        alpha = times_s[0] / (2 * (N - 1))
-        beta = max(times_s[-1] - 2 * (N - 1) * alpha, 1e-12) / (2 * (N - 1) / N * sizes_bytes[-1])
+        return calibrate(m, t, N, collective="allreduce")
+    except ValueError:     # only the unphysical fits are left to fall back from
+        small, large = int(np.argmin(m)), int(np.argmax(m))
+        alpha = t[small] / (2 * (N - 1))
+        beta = max(t[large] - 2 * (N - 1) * alpha, 1e-12) / (2 * (N - 1) / N * m[large])
         return Link(1.0 / beta, alpha)
 
 

@@ -17,11 +17,18 @@ import torch
 
 from .checks import check_grad, check_ratio
 from .compressors import Compressor, TopK
+from .compressors.base import PIECE
 from .packet import Packet
 
 
 class ErrorFeedback:
     """Wrap a compressor with a residual memory (one ledger per tensor stream).
+
+    The ledger is kept in float32 (float64 for float64 gradients) whatever the
+    gradient's dtype, so that half-precision gradients lose nothing to the ledger's
+    own rounding; packets still carry the gradient's dtype. A gradient that is
+    refused (non-finite, or beyond what the wire format can carry) leaves the ledger
+    exactly as it was.
 
     >>> from milktea import TopK
     >>> ef = ErrorFeedback(TopK(k=1))
@@ -48,24 +55,50 @@ class ErrorFeedback:
         norm = "empty" if self.residual is None else f"|residual|={float(self.residual.float().norm()):.4g}"
         return f"ErrorFeedback({self.compressor!r}, steps={self.steps}, {norm})"
 
+    @staticmethod
+    def ledger_dtype(dtype: torch.dtype) -> torch.dtype:
+        """The ledger's dtype for gradients of `dtype`: float64 stays, the rest is float32."""
+        return torch.float64 if dtype == torch.float64 else torch.float32
+
     def _ledger_for(self, grad: torch.Tensor) -> torch.Tensor:
         r = self.residual
+        dtype = self.ledger_dtype(grad.dtype)
         if r is None:
-            self.residual = torch.zeros_like(grad, memory_format=torch.contiguous_format)
-        elif r.shape != grad.shape or r.dtype != grad.dtype or r.device != grad.device:
+            self.residual = torch.zeros(grad.shape, dtype=dtype, device=grad.device)
+        elif r.shape != grad.shape or r.dtype != dtype or r.device != grad.device:
             raise ValueError(f"this ledger holds a {tuple(r.shape)} {r.dtype} tensor on {r.device}; got "
                              f"{tuple(grad.shape)} {grad.dtype} on {grad.device}. Use one ErrorFeedback "
                              f"per tensor, or call reset()")
         return self.residual
 
+    def _check_room(self, r: torch.Tensor, grad: torch.Tensor) -> None:
+        """Refuse, before touching the ledger, a gradient that would push it beyond what
+        the wire format carries (checked piece by piece: no full-size temporary)."""
+        limit = self.compressor.overflow_at
+        if limit == float("inf"):
+            return
+        rf, gf = r.view(-1), grad.reshape(-1)
+        for s in range(0, rf.numel(), PIECE):
+            peak = float((rf[s:s + PIECE] + gf[s:s + PIECE]).abs().max())
+            if peak >= limit:
+                raise ValueError(f"ledger + gradient reaches |x| = {peak:g}, which {self.compressor!r} "
+                                 f"cannot send (|x| < {limit:g}); the ledger is left unchanged. Use "
+                                 f"Cast(torch.bfloat16), or scale the gradient down")
+
     def compress(self, grad: torch.Tensor) -> Packet:
         """residual += grad; send C(residual); residual -= what was sent."""
         grad = check_grad(grad, "gradient", self.compressor.nonfinite)
         with torch.no_grad():
+            fresh = self.residual is None
             r = self._ledger_for(grad)
-            r.add_(grad)
-            packet = self.compressor._compress(r)
-            self.compressor.subtract_sent(r, packet)
+            try:
+                self._check_room(r, grad)
+                r.add_(grad)
+                packet = self.compressor.compress_with_feedback(r, dtype=grad.dtype)
+            except Exception:
+                if fresh:                 # e.g. k larger than the tensor: no ledger yet
+                    self.residual = None
+                raise
         self.steps += 1
         return packet
 
@@ -82,7 +115,8 @@ class ErrorFeedback:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        self.residual = None if state["residual"] is None else state["residual"].clone()
+        r = state["residual"]
+        self.residual = None if r is None else r.to(self.ledger_dtype(r.dtype), copy=True)
         self.steps = int(state["steps"])
         if "compressor" in state and hasattr(self.compressor, "load_state_dict"):
             self.compressor.load_state_dict(state["compressor"])

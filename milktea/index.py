@@ -107,34 +107,63 @@ def encode(indices: torch.Tensor, numel: int, encoding: str = "auto",
 
 
 def decode(encoding: str, data: torch.Tensor, k: int, numel: int) -> torch.Tensor:
-    """Inverse of :func:`encode`: k sorted int64 indices."""
+    """Inverse of :func:`encode`: k sorted unique int64 indices in [0, numel).
+
+    `data` is untrusted: a size that does not match, a truncated or overlong varint, a
+    gap past the end, or unsorted, duplicate or negative int32 indices raise ValueError.
+    """
+    if data.dtype != torch.uint8 or data.dim() != 1:
+        raise TypeError("index data must be a 1-D uint8 tensor")
+    if k < 1 or k > numel:
+        raise ValueError(f"cannot decode {k} indices of a {numel}-element tensor (1 <= k <= numel)")
     if encoding == "int32":
         if data.numel() != 4 * k:
             raise ValueError(f"int32 index part has {data.numel()} bytes, expected {4 * k}")
         idx = data.view(torch.int32).long() if data.storage_offset() % 4 == 0 \
             else data.clone().view(torch.int32).long()
+        if int(idx[0]) < 0 or (k > 1 and not bool((idx[1:] > idx[:-1]).all())):
+            raise ValueError("int32 indices must be non-negative, sorted and unique")
     elif encoding == "bitmap":
+        if data.numel() != packed_size(numel, 1):
+            raise ValueError(f"bitmap index part has {data.numel()} bytes, expected {packed_size(numel, 1)}")
         idx = unpack(data, 1, numel).nonzero().reshape(-1)
     elif encoding == "delta8":
+        if not k <= data.numel() or int(data[-1]) == ESCAPE:
+            raise ValueError(f"delta8 index part of {data.numel()} bytes cannot hold the {k} gaps the "
+                             f"packet announces (or it ends inside a gap)")
         b = data.long()
         inc = torch.where(b == ESCAPE, b, b + 1)
         idx = (torch.cumsum(inc, 0) - 1)[b != ESCAPE]
     elif encoding == "varint":
-        b = data.long()
-        last = b < 0x80
-        group = torch.cumsum(last.long(), 0) - last.long()
-        start = torch.zeros(int(last.sum()), dtype=torch.long, device=b.device)
-        pos = torch.arange(b.numel(), device=b.device)
-        first_of_group = torch.ones_like(last)
-        first_of_group[1:] = last[:-1]
-        start[group[first_of_group]] = pos[first_of_group]
-        shift = 7 * (pos - start[group])
-        g = torch.zeros_like(start).scatter_add_(0, group, (b & 0x7F) << shift)
-        idx = torch.cumsum(g + 1, 0) - 1
+        idx = _decode_varint(data, k, numel)
     else:
         raise ValueError(f"unknown index encoding {encoding!r}")
     if idx.numel() != k:
         raise ValueError(f"index part decodes to {idx.numel()} indices, packet announces {k}")
-    if k and int(idx[-1]) >= numel:
+    if int(idx[-1]) >= numel:
         raise ValueError(f"decoded index {int(idx[-1])} is out of range for {numel} elements")
     return idx
+
+
+def _decode_varint(data: torch.Tensor, k: int, numel: int) -> torch.Tensor:
+    if not k <= data.numel() <= 5 * k or int(data[-1]) >= 0x80:
+        raise ValueError(f"varint index part of {data.numel()} bytes cannot hold the {k} gaps the packet "
+                         f"announces (1 to 5 bytes each, the last without a continuation bit)")
+    b = data.long()
+    last = b < 0x80
+    group = torch.cumsum(last.long(), 0) - last.long()
+    ngroups = int(last.sum())
+    if ngroups != k:
+        raise ValueError(f"index part decodes to {ngroups} indices, packet announces {k}")
+    if int(torch.bincount(group, minlength=1).max()) > 5:
+        raise ValueError("malformed varint index: a gap longer than 5 bytes")
+    start = torch.zeros(ngroups, dtype=torch.long, device=b.device)
+    pos = torch.arange(b.numel(), device=b.device)
+    first_of_group = torch.ones_like(last)
+    first_of_group[1:] = last[:-1]
+    start[group[first_of_group]] = pos[first_of_group]
+    shift = 7 * (pos - start[group])             # at most 28: every gap fits in 35 bits
+    g = torch.zeros_like(start).scatter_add_(0, group, (b & 0x7F) << shift)
+    if int(g.max()) >= numel:                    # also keeps the running sum far from overflow
+        raise ValueError(f"malformed varint index: a gap of {int(g.max())} in a {numel}-element tensor")
+    return torch.cumsum(g + 1, 0) - 1

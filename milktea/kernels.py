@@ -8,12 +8,18 @@
   multithreaded, SIMD loop from twenty lines of Python, where the alternative is a
   C++ extension that every learner would have to compile.
 
-Rounding is the same on both paths: ``code = floor(x / scale + offset + 0.5)``
-(round half up), so both decode with error <= scale / 2.
+The two paths give the same bits: ``code = floor(x / scale + qmax + 1.5)`` (round
+half up, one IEEE division and one addition in float32, no fused multiply-add),
+``scale = absmax / qmax`` (the maximum is exact in any order), and decoding is
+``(code - qmax - 1) * scale`` (one rounding; scales are capped so that this stays
+finite for chunks whose max is near float32's largest value). Sign's scale is a float64 sum of |x| on both paths, which
+differ only in summation order: the float32 scale may differ in its last bit
+(checked by the tests); its sign bits are identical.
 Set ``MILKTEA_NUMBA=0`` to force the torch path.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -31,6 +37,18 @@ except Exception:  # pragma: no cover - depends on the environment
     HAVE_NUMBA = False
 
 
+@functools.lru_cache(maxsize=None)
+def scale_cap(qmax: int) -> float:
+    """The largest float32 scale with qmax * scale finite: scales are clamped to it, so
+    that a chunk whose max is near float32's largest value decodes finite."""
+    top = np.float32(np.finfo(np.float32).max)
+    c = top / np.float32(qmax)
+    with np.errstate(over="ignore"):
+        while not np.isfinite(c * np.float32(qmax)):
+            c = np.nextafter(c, np.float32(0))
+    return float(c)
+
+
 def use_numba(t: torch.Tensor) -> bool:
     return HAVE_NUMBA and t.device.type == "cpu" and t.numel() >= NUMBA_MIN_NUMEL
 
@@ -45,16 +63,22 @@ BLOCK = 1 << 15   # entries per parallel work item in the loops below
 if HAVE_NUMBA:
     # Loops are written over slices (xs[i] for i in range(len)), which LLVM vectorizes;
     # indexing the full array with offsets (x[s + i]) runs about twice slower.
-    @njit(fastmath=True, cache=True, nogil=True)
-    def _absmax_scale(xs, qmax):  # pragma: no cover - compiled, inlined by LLVM
-        """(scale, 1/scale) of one chunk: scale = max|x| / qmax."""
+    # No 'contract' (fused multiply-add) and no 'arcp' (division by reciprocal): the
+    # codes must be bit for bit those of the torch path.
+    EXACT = {"nnan", "ninf", "nsz"}
+
+    @njit(fastmath=EXACT, cache=True, nogil=True)
+    def _absmax_scale(xs, qmax, cap):  # pragma: no cover - compiled, inlined by LLVM
+        """(scale, divisor) of one chunk: scale = max|x| / qmax (at most `cap`); divisor =
+        scale, or 1 where scale is 0 (then every |x| is so small its code is the zero level)."""
         m = np.float32(0.0)
         for i in range(xs.size):
             m = max(m, abs(xs[i]))
-        return m / np.float32(qmax), np.float32(qmax) / max(m, np.float32(1e-38))
+        sc = min(m / np.float32(qmax), cap)
+        return sc, sc if sc > np.float32(0.0) else np.float32(1.0)
 
-    @njit(parallel=True, fastmath=True, cache=True, nogil=True)
-    def _nb_quantize(x, chunk, qmax, codes, scales):  # pragma: no cover - compiled
+    @njit(parallel=True, fastmath=EXACT, cache=True, nogil=True)
+    def _nb_quantize(x, chunk, qmax, cap, codes, scales):  # pragma: no cover - compiled
         n = x.size
         off = np.float32(qmax) + np.float32(1.5)   # offset qmax+1, plus 0.5 to round
         for c in prange((n + chunk - 1) // chunk):
@@ -62,11 +86,11 @@ if HAVE_NUMBA:
             e = min(s + chunk, n)
             xs = x[s:e]
             cs = codes[s:e]
-            scales[c], inv = _absmax_scale(xs, qmax)
+            scales[c], div = _absmax_scale(xs, qmax, cap)
             for i in range(e - s):
-                cs[i] = np.uint8(np.int32(xs[i] * inv + off))
+                cs[i] = np.uint8(np.int32(xs[i] / div + off))
 
-    @njit(parallel=True, fastmath=True, cache=True, nogil=True)
+    @njit(parallel=True, fastmath=EXACT, cache=True, nogil=True)
     def _nb_dequantize(codes, scales, chunk, qmax, out):  # pragma: no cover - compiled
         n = out.size
         for c in prange((n + chunk - 1) // chunk):
@@ -75,12 +99,11 @@ if HAVE_NUMBA:
             cs = codes[s:e]
             os_ = out[s:e]
             sc = scales[c]
-            off = np.float32(qmax + 1) * sc
             for i in range(e - s):
-                os_[i] = np.float32(cs[i]) * sc - off
+                os_[i] = np.float32(np.int32(cs[i]) - (qmax + 1)) * sc
 
-    @njit(parallel=True, fastmath=True, cache=True, nogil=True)
-    def _nb_quantize_packed(x, chunk, qmax, bits, out, scales):  # pragma: no cover - compiled
+    @njit(parallel=True, fastmath=EXACT, cache=True, nogil=True)
+    def _nb_quantize_packed(x, chunk, qmax, cap, bits, out, scales):  # pragma: no cover - compiled
         # 4- and 2-bit codes, packed as they are made; every chunk starts on a byte
         n = x.size
         per = 8 // bits
@@ -89,28 +112,28 @@ if HAVE_NUMBA:
             s = c * chunk
             e = min(s + chunk, n)
             xs = x[s:e]
-            scales[c], inv = _absmax_scale(xs, qmax)
+            scales[c], div = _absmax_scale(xs, qmax, cap)
             ob = out[s * bits // 8:(e * bits + 7) // 8]
             whole = (e - s) // per
             if bits == 4:
                 for j in range(whole):
-                    lo = np.uint8(np.int32(xs[2 * j] * inv + off))
-                    hi = np.uint8(np.int32(xs[2 * j + 1] * inv + off))
+                    lo = np.uint8(np.int32(xs[2 * j] / div + off))
+                    hi = np.uint8(np.int32(xs[2 * j + 1] / div + off))
                     ob[j] = lo | (hi << np.uint8(4))
             else:
                 for j in range(whole):
-                    c0 = np.uint8(np.int32(xs[4 * j] * inv + off))
-                    c1 = np.uint8(np.int32(xs[4 * j + 1] * inv + off))
-                    c2 = np.uint8(np.int32(xs[4 * j + 2] * inv + off))
-                    c3 = np.uint8(np.int32(xs[4 * j + 3] * inv + off))
+                    c0 = np.uint8(np.int32(xs[4 * j] / div + off))
+                    c1 = np.uint8(np.int32(xs[4 * j + 1] / div + off))
+                    c2 = np.uint8(np.int32(xs[4 * j + 2] / div + off))
+                    c3 = np.uint8(np.int32(xs[4 * j + 3] / div + off))
                     ob[j] = c0 | (c1 << np.uint8(2)) | (c2 << np.uint8(4)) | (c3 << np.uint8(6))
             if whole < ob.size:                   # a last, partly filled byte
                 v = np.uint8(0)
                 for t in range(e - s - whole * per):
-                    v |= np.uint8(np.int32(xs[whole * per + t] * inv + off)) << np.uint8(bits * t)
+                    v |= np.uint8(np.int32(xs[whole * per + t] / div + off)) << np.uint8(bits * t)
                 ob[whole] = v
 
-    @njit(parallel=True, fastmath=True, cache=True, nogil=True)
+    @njit(parallel=True, fastmath=EXACT, cache=True, nogil=True)
     def _nb_dequantize_packed(packed, scales, chunk, qmax, bits, out):  # pragma: no cover - compiled
         n = out.size
         mask = (1 << bits) - 1
@@ -120,24 +143,23 @@ if HAVE_NUMBA:
             os_ = out[s:e]
             pb = packed[s * bits // 8:(e * bits + 7) // 8]
             sc = scales[c]
-            off = np.float32(qmax + 1) * sc
             for i in range(e - s):
                 code = (pb[(i * bits) >> 3] >> ((i * bits) & 7)) & mask
-                os_[i] = np.float32(code) * sc - off
+                os_[i] = np.float32(np.int32(code) - (qmax + 1)) * sc
 
     @njit(parallel=True, fastmath=True, cache=True, nogil=True)
-    def _nb_sign_pack(bits32, out, partial_l1):  # pragma: no cover - compiled
-        # bits32: the float32 gradient viewed as uint32; bit 31 is the sign, the rest |x|.
-        n = bits32.size
+    def _nb_sign_pack(x, out, partial_l1):  # pragma: no cover - compiled
+        # bit 1 = negative; exact zeros (of either sign) count as positive
+        n = x.size
         for b in prange((n + BLOCK - 1) // BLOCK):
             s = b * BLOCK
             e = min(s + BLOCK, n)
-            xs = bits32[s:e]
+            xs = x[s:e]
             signs = np.zeros(BLOCK, dtype=np.uint8)
-            acc = np.float32(0.0)
+            acc = np.float64(0.0)
             for i in range(e - s):
-                signs[i] = np.uint8(xs[i] >> np.uint32(31))
-                acc += np.uint32(xs[i] & np.uint32(0x7FFFFFFF)).view(np.float32)
+                signs[i] = np.uint8(xs[i] < np.float32(0.0))
+                acc += np.float64(abs(xs[i]))
             partial_l1[b] = acc
             # eight 0/1 bytes -> one byte: a multiply gathers them into the top byte
             words = signs.view(np.uint64)
@@ -147,15 +169,15 @@ if HAVE_NUMBA:
 
     @njit(parallel=True, fastmath=True, cache=True, nogil=True)
     def _nb_sign_unpack(packed, scale, out):  # pragma: no cover - compiled
+        # +-scale as (1 - 2 bit) * scale: exact, and no 2 * scale to overflow
         n = out.size
-        two = np.float32(2.0) * scale
         for b in prange((n + BLOCK - 1) // BLOCK):
             s = b * BLOCK
             e = min(s + BLOCK, n)
             os_ = out[s:e]
             ps = packed[s // 8:(e + 7) // 8]
             for i in range(e - s):
-                os_[i] = scale - two * np.float32((ps[i >> 3] >> (i & 7)) & 1)
+                os_[i] = np.float32(1 - 2 * np.int32((ps[i >> 3] >> (i & 7)) & 1)) * scale
 
     @njit(parallel=True, fastmath=True, cache=True, nogil=True)
     def _nb_count_above(x, t, counts):  # pragma: no cover - compiled
@@ -199,17 +221,16 @@ def quantize(x: torch.Tensor, chunk: int, qmax: int, out_codes: torch.Tensor | N
     scales = torch.empty(nch, dtype=torch.float32, device=x.device)
     if use_numba(x):
         _sync_threads()
-        _nb_quantize(_np(x), chunk, qmax, _np(codes), _np(scales))
+        _nb_quantize(_np(x), chunk, qmax, np.float32(scale_cap(qmax)), _np(codes), _np(scales))
         return codes, scales
     full = n - n % chunk
     pieces = [(x[:full].view(-1, chunk), codes[:full].view(-1, chunk), scales[: full // chunk])] if full else []
     if full < n:
         pieces.append((x[full:].view(1, -1), codes[full:].view(1, -1), scales[full // chunk:]))
     for xv, cv, sv in pieces:
-        m = torch.linalg.vector_norm(xv, float("inf"), dim=1)
-        sv.copy_(m / qmax)
-        inv = (qmax / m.clamp_min(1e-38)).unsqueeze(1)
-        y = torch.addcmul(torch.tensor(qmax + 1.5, device=x.device), xv, inv)
+        sv.copy_((torch.linalg.vector_norm(xv, float("inf"), dim=1) / qmax).clamp_(max=scale_cap(qmax)))
+        div = torch.where(sv > 0, sv, 1.0).unsqueeze(1)
+        y = torch.div(xv, div).add_(qmax + 1.5)
         cv.copy_(y.to(torch.int32))   # y > 0, so the cast is floor; the result fits a byte
     return codes, scales
 
@@ -227,28 +248,22 @@ def dequantize(codes: torch.Tensor, scales: torch.Tensor, chunk: int, qmax: int,
     if full < n:
         pieces.append((codes[full:].view(1, -1), out[full:].view(1, -1), scales[full // chunk:]))
     for cv, ov, sv in pieces:
-        ov.copy_(cv)
-        sv = sv.unsqueeze(1)
-        torch.addcmul(-(qmax + 1) * sv, ov, sv, out=ov)
+        ov.copy_(cv).sub_(qmax + 1).mul_(sv.unsqueeze(1))
     return out
 
 
-def sign_pack(x: torch.Tensor) -> torch.Tensor:
-    """Pack the sign bits of a flat float32 tensor (1 = negative), 8 per byte."""
-    return sign_pack_l1(x)[0]
-
-
 def sign_pack_l1(x: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """Sign bits of a flat float32 tensor (1 = negative), 8 per byte, and sum |x|."""
+    """Sign bits of a flat float32 tensor (1 = negative, 0 for +-0), 8 per byte, and
+    sum |x| accumulated in float64."""
     n = x.numel()
     if use_numba(x):
         _sync_threads()
         out = torch.empty((n + 7) // 8, dtype=torch.uint8)
-        partial = np.empty((n + BLOCK - 1) // BLOCK, dtype=np.float32)
-        _nb_sign_pack(_np(x).view(np.uint32), _np(out), partial)
-        return out, float(partial.sum(dtype=np.float64))
+        partial = np.empty((n + BLOCK - 1) // BLOCK, dtype=np.float64)
+        _nb_sign_pack(_np(x), _np(out), partial)
+        return out, float(partial.sum())
     from .bits import pack
-    return pack(torch.signbit(x).view(torch.uint8), 1), float(torch.linalg.vector_norm(x, 1))
+    return pack((x < 0).view(torch.uint8), 1), float(x.abs().sum(dtype=torch.float64))
 
 
 def sign_unpack(packed: torch.Tensor, scale: float, out: torch.Tensor) -> torch.Tensor:
@@ -259,9 +274,12 @@ def sign_unpack(packed: torch.Tensor, scale: float, out: torch.Tensor) -> torch.
         _nb_sign_unpack(_np(packed), np.float32(scale), _np(out))
         return out
     from .bits import unpack
-    bits = unpack(packed, 1, n)
-    torch.sub(torch.tensor(scale, dtype=out.dtype, device=out.device), bits, alpha=2 * scale, out=out)
-    return out
+    return sign_values(unpack(packed, 1, n), scale, out)
+
+
+def sign_values(bits: torch.Tensor, scale: float, out: torch.Tensor) -> torch.Tensor:
+    """out = (1 - 2 bits) * scale, as the numba path computes it (no overflow)."""
+    return out.copy_(bits).mul_(-2).add_(1).mul_(scale)
 
 
 def above_threshold(x: torch.Tensor, t: float) -> torch.Tensor:
@@ -279,7 +297,6 @@ def above_threshold(x: torch.Tensor, t: float) -> torch.Tensor:
     return (x.abs() >= t).nonzero().reshape(-1)
 
 
-
 def quantize_packed(x: torch.Tensor, chunk: int, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Absmax-quantize a flat float32 tensor to `bits`-bit codes, packed (see bits.pack)."""
     from .bits import pack
@@ -289,7 +306,7 @@ def quantize_packed(x: torch.Tensor, chunk: int, bits: int) -> tuple[torch.Tenso
         n = x.numel()
         out = torch.empty((n * bits + 7) // 8, dtype=torch.uint8)
         scales = torch.empty((n + chunk - 1) // chunk, dtype=torch.float32)
-        _nb_quantize_packed(_np(x), chunk, qmax, bits, _np(out), _np(scales))
+        _nb_quantize_packed(_np(x), chunk, qmax, np.float32(scale_cap(qmax)), bits, _np(out), _np(scales))
         return out, scales
     codes, scales = quantize(x, chunk, qmax)
     return pack(codes, bits), scales

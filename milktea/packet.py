@@ -8,38 +8,149 @@ Layout (all integers are LEB128 varints unless noted)::
 
 `packet.nbytes` is the length of that byte string, header included, computed
 without building it; tests check it equals ``len(packet.to_bytes())``.
+
+This module knows the wire format only. What the bytes of a codec mean is told by
+the module that defines the codec, through :func:`register_codec` (a compressor in
+your own file can register one too). Bytes from the wire are hostile: every
+decoder checks every size and parameter against the bytes present before it
+allocates anything, and a header may not declare more elements than its payload
+can stand for (:meth:`Packet.check_size`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
 import torch
 
 MAGIC = b"MT"
 VERSION = 1
 
-CODECS = {"dense": 0, "topk": 1, "randomk": 2, "quant": 3, "qsgd": 4, "terngrad": 5,
-          "sign": 6, "cast": 7, "powersgd": 8, "chain": 9}
-_CODEC_NAMES = {v: k for k, v in CODECS.items()}
+#: No packet declares more elements than this, whatever its payload (2**31: 8 GB of float32).
+MAX_NUMEL = 1 << 31
+#: Elements a sparse payload byte may stand for: a sparse packet keeps at least one entry
+#: in 2**18 (with 4-byte values), so a 20-byte header cannot make a receiver allocate gigabytes.
+SPARSE_EXPANSION = 1 << 20
+
 DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float64: 3}
 _DTYPE_OF = {v: k for k, v in DTYPES.items()}
 
-_DECODERS: dict[str, Callable] = {}
+
+@dataclass(frozen=True)
+class Codec:
+    """How one codec's packets are read: its wire id, decoder and size rule.
+
+    decode(packet, out=None) -> tensor, with `out` (when given) checked by the caller.
+    expansion: the most elements one payload byte may stand for (8 for one bit per
+        element; SPARSE_EXPANSION for index/value packets); headers that declare more
+        are refused before anything is allocated.
+    add(packet, out, alpha): optional fused ``out += alpha * decode(packet)`` that
+        needs no full-size temporary (see :func:`decode_add`).
+    """
+    name: str
+    id: int
+    decode: Callable
+    expansion: float
+    add: Callable | None = None
+
+    def __repr__(self) -> str:
+        return f"Codec({self.name!r}, id={self.id}, expansion={self.expansion:g})"
 
 
-def register_decoder(codec: str, fn: Callable) -> None:
-    """Register `fn(packet, out=None) -> Tensor` as the decoder of a codec."""
-    if codec not in CODECS:
-        raise ValueError(f"unknown codec {codec!r}")
-    _DECODERS[codec] = fn
+_BY_NAME: dict[str, Codec] = {}
+_BY_ID: dict[int, Codec] = {}
+#: name -> wire id of every registered codec (read only; use register_codec).
+CODECS: dict[str, int] = {}
+
+
+def register_codec(name: str, id: int, decode: Callable, *, expansion: float,
+                   add: Callable | None = None) -> Codec:
+    """Make `name` a codec: packets with wire id `id` are read by `decode`.
+
+    Library codecs use ids below 64; pick one from 64 to 255 for your own. Registering
+    the same name with the same id again replaces the functions (module reloads);
+    a name or id already taken by another codec is refused.
+
+    >>> register_codec("dense", 0, lambda p, out=None: None, expansion=1.0)   # doctest: +SKIP
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"a codec name is a non-empty str, got {name!r}")
+    if isinstance(id, bool) or not isinstance(id, int) or not 0 <= id <= 255:
+        raise ValueError(f"a codec id is an int in [0, 255] (one header byte), got {id!r}")
+    if not callable(decode) or (add is not None and not callable(add)):
+        raise TypeError("decode (and add, if given) must be callables")
+    if not (isinstance(expansion, (int, float)) and 0 < expansion <= SPARSE_EXPANSION):
+        raise ValueError(f"expansion must be in (0, {SPARSE_EXPANSION}] elements per payload byte, "
+                         f"got {expansion!r}")
+    old = _BY_NAME.get(name)
+    if old is not None and old.id != id:
+        raise ValueError(f"codec {name!r} already has id {old.id}; it cannot also have id {id}")
+    taken = _BY_ID.get(id)
+    if taken is not None and taken.name != name:
+        raise ValueError(f"codec id {id} is taken by {taken.name!r}; free ids: "
+                         f"{[i for i in range(64, 256) if i not in _BY_ID][:8]}...")
+    codec = Codec(name, id, decode, float(expansion), add)
+    _BY_NAME[name] = _BY_ID[id] = codec
+    CODECS[name] = id
+    return codec
+
+
+def get_codec(name: str) -> Codec:
+    """The registered codec called `name` (ValueError naming the known ones otherwise)."""
+    codec = _BY_NAME.get(name)
+    if codec is None:
+        raise ValueError(f"unknown codec {name!r}; known: {sorted(_BY_NAME)} "
+                         f"(a compressor module registers its codec with register_codec)")
+    return codec
 
 
 def decode(packet: "Packet", out: torch.Tensor | None = None) -> torch.Tensor:
     """Turn any packet back into a tensor; the packet alone says how."""
-    if packet.codec not in _DECODERS:
-        import milktea.compressors  # noqa: F401  (registers the decoders)
-    return _DECODERS[packet.codec](packet, out=out)
+    if not isinstance(packet, Packet):
+        raise TypeError(f"decode needs a Packet, got {type(packet).__name__}")
+    packet.check_size()
+    if out is not None:
+        _check_out(packet, out, same_dtype=True)
+    return get_codec(packet.codec).decode(packet, out=out)
+
+
+def decode_add(packet: "Packet", out: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+    """out += alpha * decode(packet), in place, without a full-size temporary where the
+    codec has a fused path. `out` may have any float dtype (e.g. a float32 ledger for a
+    bfloat16 packet); returns `out`.
+
+    >>> import milktea
+    >>> acc = torch.zeros(4)
+    >>> p = milktea.TopK(k=1).compress(torch.tensor([0.0, 2.0, 0.0, 1.0]))
+    >>> decode_add(p, acc, alpha=0.5)
+    tensor([0., 1., 0., 0.])
+    """
+    if not isinstance(packet, Packet):
+        raise TypeError(f"decode_add needs a Packet, got {type(packet).__name__}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise TypeError(f"alpha must be a number, got {alpha!r}")
+    packet.check_size()
+    _check_out(packet, out, same_dtype=False)
+    codec = get_codec(packet.codec)
+    if codec.add is not None:
+        codec.add(packet, out, float(alpha))
+    else:
+        out.add_(codec.decode(packet, out=None).to(out.dtype), alpha=alpha)
+    return out
+
+
+def _check_out(packet: "Packet", out, same_dtype: bool) -> None:
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    ok_dtype = out.dtype == packet.dtype if same_dtype else out.dtype in DTYPES
+    if tuple(out.shape) != tuple(packet.shape) or not ok_dtype:
+        need = f"dtype {packet.dtype}" if same_dtype else "a float dtype"
+        raise ValueError(f"out has shape {tuple(out.shape)} and dtype {out.dtype}; the packet "
+                         f"needs shape {packet.shape} and {need}")
+    if not out.is_contiguous():
+        raise ValueError("out must be contiguous")
+    if out.device != packet.device:
+        raise ValueError(f"out is on {out.device}, the packet on {packet.device}")
 
 
 def varint_size(v: int) -> int:
@@ -92,12 +203,11 @@ class Packet:
     parts: tuple[torch.Tensor, ...] = ()
 
     def __post_init__(self):
-        if self.codec not in CODECS:
-            raise ValueError(f"unknown codec {self.codec!r}; known: {sorted(CODECS)}")
+        get_codec(self.codec)
         if self.dtype not in DTYPES:
             raise TypeError(f"packets carry float tensors, got dtype {self.dtype}")
         for p in self.parts:
-            if p.dtype != torch.uint8 or p.dim() != 1:
+            if not isinstance(p, torch.Tensor) or p.dtype != torch.uint8 or p.dim() != 1:
                 raise TypeError("packet parts must be 1-D uint8 tensors (raw bytes)")
 
     # -- sizes ---------------------------------------------------------------
@@ -108,9 +218,25 @@ class Packet:
             n *= d
         return n
 
+    def check_size(self) -> None:
+        """Refuse a packet whose header declares more elements than its bytes allow.
+
+        The limit is the codec's `expansion` (elements per payload byte) times the
+        payload, and MAX_NUMEL in any case; decoders then check every size exactly.
+        """
+        n = self.numel
+        if n < 1:
+            raise ValueError(f"malformed packet: shape {self.shape} has no elements")
+        if n > MAX_NUMEL:
+            raise ValueError(f"malformed packet: {n} elements is more than the {MAX_NUMEL} a packet may carry")
+        cap = get_codec(self.codec).expansion * self.payload_nbytes
+        if n > cap:
+            raise ValueError(f"malformed packet: a {self.codec} packet of {self.payload_nbytes} payload "
+                             f"bytes cannot stand for {n} elements (at most {int(cap)})")
+
     def header(self) -> bytes:
         buf = bytearray(MAGIC)
-        buf += bytes((VERSION, CODECS[self.codec], DTYPES[self.dtype]))
+        buf += bytes((VERSION, get_codec(self.codec).id, DTYPES[self.dtype]))
         for seq in (self.shape, self.params):
             _put_varint(buf, len(seq))
             for v in seq:
@@ -161,7 +287,11 @@ class Packet:
 
     @classmethod
     def from_tensor(cls, data: torch.Tensor) -> "Packet":
-        """Parse a packet from a uint8 tensor (trailing padding is ignored)."""
+        """Parse a packet from a uint8 tensor (trailing padding is ignored).
+
+        The parts are views of `data`; the header's sizes are checked against the
+        bytes present (and :meth:`check_size`) before anything else happens.
+        """
         if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8:
             raise TypeError("from_tensor needs a uint8 tensor")
         data = data.reshape(-1)
@@ -175,7 +305,9 @@ class Packet:
         for n in lengths:
             parts.append(data[off: off + n])
             off += n
-        return cls(codec, shape, dtype, params, tuple(parts))
+        packet = cls(codec, shape, dtype, params, tuple(parts))
+        packet.check_size()
+        return packet
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview, device=None) -> "Packet":
@@ -194,9 +326,9 @@ class Packet:
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{p.numel()} B" for p in self.parts)
+        ratio = f"{self.ratio:.1f}x smaller" if self.nbytes else "empty"
         return (f"Packet({self.codec}, shape={self.shape}, {str(self.dtype).replace('torch.', '')}, "
-                f"params={self.params}, {self.nbytes} B on the wire = {self.ratio:.1f}x smaller, "
-                f"parts=[{parts}])")
+                f"params={self.params}, {self.nbytes} B on the wire = {ratio}, parts=[{parts}])")
 
 
 def _parse_header(b: bytes):
@@ -204,8 +336,11 @@ def _parse_header(b: bytes):
         raise ValueError("not a milktea packet (bad magic bytes)")
     if b[2] != VERSION:
         raise ValueError(f"packet version {b[2]} is not supported (expected {VERSION})")
-    if b[3] not in _CODEC_NAMES or b[4] not in _DTYPE_OF:
-        raise ValueError(f"malformed packet: unknown codec id {b[3]} or dtype id {b[4]}")
+    if b[3] not in _BY_ID:
+        raise ValueError(f"malformed packet: unknown codec id {b[3]}; known: "
+                         f"{ {c.name: i for i, c in sorted(_BY_ID.items())} }")
+    if b[4] not in _DTYPE_OF:
+        raise ValueError(f"malformed packet: unknown dtype id {b[4]}")
     pos = 5
     seqs = []
     for _ in range(3):
@@ -218,9 +353,4 @@ def _parse_header(b: bytes):
             vals.append(v)
         seqs.append(tuple(vals))
     shape, params, lengths = seqs
-    return _CODEC_NAMES[b[3]], shape, _DTYPE_OF[b[4]], params, lengths, pos
-
-
-def concat_packets(packets: Sequence[Packet]) -> torch.Tensor:
-    """All packets back to back as one uint8 tensor."""
-    return torch.cat([p.to_tensor() for p in packets])
+    return _BY_ID[b[3]].name, shape, _DTYPE_OF[b[4]], params, lengths, pos

@@ -90,3 +90,34 @@ def test_dgc_warmup_changes_the_kept_share():
     dgc = DGC(ratio=0.01, warmup_steps=3, start_ratio=0.5, approximate=False)
     counts = [sparse_decode(dgc.compress(torch.randn(1000)))[0].numel() for _ in range(5)]
     assert counts[0] == 500 and counts[-1] == 10 and counts[1] > counts[2] > counts[3]
+
+
+def test_error_feedback_uses_the_public_feedback_api():
+    class Counting(Quantize):
+        calls = 0
+
+        def compress_with_feedback(self, residual, dtype=None):
+            Counting.calls += 1
+            return super().compress_with_feedback(residual, dtype)
+
+    ef = ErrorFeedback(Counting(bits=4))
+    x = torch.randn(300)
+    p = ef.compress(x)
+    assert Counting.calls == 1
+    assert torch.allclose(ef.decompress(p) + ef.residual, x, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_compress_with_feedback_subtracts_exactly_what_was_sent(name):
+    comp = ZOO[name]()
+    r = torch.randn(40, 50, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    before = r.clone()
+    p = comp.compress_with_feedback(r)
+    assert torch.equal(r, before - comp.decompress(p))
+
+
+def test_subtract_sent_still_works():
+    comp, x = TopK(k=3), torch.randn(20)
+    r = x.clone()
+    comp.subtract_sent(r, comp.compress(x))
+    assert int((r == 0).sum()) == 3 and float((r - x).abs().max()) > 0

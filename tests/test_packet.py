@@ -73,3 +73,55 @@ def test_truncated_payload():
 def test_repr_tells_the_story():
     r = repr(milktea.TopK(ratio=0.1).compress(torch.randn(1000)))
     assert "topk" in r and "B on the wire" in r and "x smaller" in r
+
+
+# -- a compressor defined outside the library registers its own codec ------------------
+from milktea.compressors.base import Compressor, expect_layout, expect_nbytes, from_bytes, output, to_bytes  # noqa: E402
+from milktea.packet import CODECS, decode_add, get_codec, register_codec  # noqa: E402
+
+
+class Halves(Compressor):
+    """Sends x / 2 as float16 with one exponent shift (a toy, but a real codec)."""
+    codec = "test-halves"
+
+    def _compress(self, t):
+        return Packet(self.codec, tuple(t.shape), t.dtype, (1,), (to_bytes((t / 2).to(torch.float16)),))
+
+
+def _decode_halves(packet, out=None):
+    expect_layout(packet, 1, 1)
+    expect_nbytes(packet, 0, 2 * packet.numel, "float16 halves")
+    res = output(packet, out)
+    res.view(-1).copy_(from_bytes(packet.parts[0], torch.float16).to(packet.dtype) * 2 ** packet.params[0])
+    return res
+
+
+register_codec("test-halves", 200, _decode_halves, expansion=0.5)
+
+
+def test_a_users_compressor_registers_its_codec():
+    x = torch.tensor([1.0, -3.0, 0.5])
+    p = Halves().compress(x)
+    q = Packet.from_bytes(p.to_bytes())
+    assert q.codec == "test-halves" and CODECS["test-halves"] == 200
+    assert torch.equal(milktea.decode(q), x) and torch.equal(Halves().decompress(q), x)
+    assert torch.equal(decode_add(q, torch.ones(3), alpha=-1.0), 1 - x)     # generic path
+    ef = milktea.ErrorFeedback(Halves())
+    assert torch.equal(ef.decompress(ef.compress(x)), x) and float(ef.residual.abs().max()) == 0
+    # its packets are checked like the library's
+    with pytest.raises(ValueError, match="float16 halves"):
+        milktea.decode(Packet("test-halves", (2,), torch.float32, (1,), (torch.zeros(6, dtype=torch.uint8),)))
+
+
+def test_registry_refuses_clashes_and_names_known_codecs():
+    with pytest.raises(ValueError, match="taken by 'topk'"):
+        register_codec("mine", CODECS["topk"], _decode_halves, expansion=1)
+    with pytest.raises(ValueError, match="already has id"):
+        register_codec("topk", 201, _decode_halves, expansion=1)
+    with pytest.raises(ValueError, match=r"\[0, 255\]"):
+        register_codec("mine", 256, _decode_halves, expansion=1)
+    with pytest.raises(ValueError, match="unknown codec 'zip'; known: .*'topk'"):
+        Packet("zip", (1,), torch.float32)
+    with pytest.raises(ValueError, match="unknown codec id 250"):
+        Packet.from_bytes(b"MT\x01\xfa\x00\x01\x01\x00\x00")
+    assert get_codec("sign").expansion == 8

@@ -7,7 +7,10 @@ from typing import Sequence
 import torch
 
 from ..checks import check_choice, check_grad, NONFINITE_POLICIES
-from ..packet import Packet, decode
+from ..packet import Packet, decode, decode_add, register_codec
+
+#: Entries decoded at a time by the chunk-wise paths of decompress_add (a small scratch).
+PIECE = 1 << 16
 
 
 def to_bytes(t: torch.Tensor) -> torch.Tensor:
@@ -25,8 +28,25 @@ def from_bytes(part: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return part.view(dtype)
 
 
+def expect_layout(packet: Packet, nparams: int | tuple, nparts: int) -> None:
+    """Check a packet has as many params and parts as its codec writes (ValueError if not)."""
+    counts = (nparams,) if isinstance(nparams, int) else nparams
+    if len(packet.params) not in counts or len(packet.parts) != nparts:
+        raise ValueError(f"malformed {packet.codec} packet: {len(packet.params)} params and "
+                         f"{len(packet.parts)} parts, expected {' or '.join(map(str, counts))} and {nparts}")
+
+
+def expect_nbytes(packet: Packet, part: int, nbytes: int, what: str) -> None:
+    have = packet.parts[part].numel()
+    if have != nbytes:
+        raise ValueError(f"malformed {packet.codec} packet: {what} take {have} bytes, expected {nbytes}")
+
+
 def output(packet: Packet, out: torch.Tensor | None) -> torch.Tensor:
-    """The tensor a decoder writes into: `out` if given (checked), else a new one."""
+    """The tensor a decoder writes into: `out` if given (checked), else a new one.
+
+    Decoders call this only after checking every size against the packet's bytes.
+    """
     if out is None:
         return torch.empty(packet.shape, dtype=packet.dtype, device=packet.device)
     if tuple(out.shape) != tuple(packet.shape) or out.dtype != packet.dtype:
@@ -45,11 +65,24 @@ def flat_float32(t: torch.Tensor) -> torch.Tensor:
     return t if t.is_contiguous() else t.contiguous()
 
 
+def add_pieces(packet: Packet, out: torch.Tensor, piece, alpha: float, step: int = PIECE) -> None:
+    """out.view(-1)[s:e] += alpha * piece(s, e) for pieces of `step` entries (step % 8 == 0),
+    so a decoder adds into `out` with a scratch of one piece, not of the whole tensor.
+
+    Each piece is rounded to the packet's dtype first, so what is added is exactly what
+    :func:`~milktea.packet.decode` returns, whatever `out`'s dtype."""
+    flat = out.view(-1)
+    for s in range(0, packet.numel, step):
+        e = min(s + step, packet.numel)
+        flat[s:e].add_(piece(s, e).to(packet.dtype).to(out.dtype), alpha=alpha)
+
+
 class Compressor:
     """Base class: ``compress(tensor) -> Packet``, ``decompress(packet) -> tensor``.
 
     Subclasses set ``codec`` and implement ``_compress(tensor)``; decoding is a
-    function of the packet alone (see :func:`milktea.packet.decode`).
+    function of the packet alone (see :func:`milktea.packet.decode`), registered by
+    the subclass's module with :func:`milktea.packet.register_codec`.
     """
     codec = "dense"
     #: True for compressors whose packets have a fixed support, so a collective can sum
@@ -58,6 +91,10 @@ class Compressor:
     #: True for compressors that drop information systematically (biased): they need
     #: error feedback to converge.
     biased = False
+    #: Magnitude from which the wire format cannot carry a value (65520 for Cast(fp16),
+    #: which rounds it to inf); error feedback refuses a gradient that would push its
+    #: ledger there before adding it, so a refused gradient leaves the ledger unchanged.
+    overflow_at = float("inf")
 
     def __init__(self, nonfinite: str = "raise"):
         self.nonfinite = check_choice(nonfinite, NONFINITE_POLICIES, "nonfinite")
@@ -78,6 +115,41 @@ class Compressor:
         if not isinstance(packet, Packet):
             raise TypeError(f"decompress needs a Packet, got {type(packet).__name__}")
         return decode(packet, out=out)
+
+    def decompress_add(self, packet: Packet, out: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+        """out += alpha * decompress(packet), in place, without a full-size temporary where
+        the codec allows (sparse: index_add_; quantized, sign, dense: piece by piece).
+
+        >>> from milktea import TopK
+        >>> acc = torch.ones(3)
+        >>> TopK(k=1).decompress_add(TopK(k=1).compress(torch.tensor([0.5, 0, -4])), acc, alpha=0.5)
+        tensor([ 1.,  1., -1.])
+        """
+        if not isinstance(packet, Packet):
+            raise TypeError(f"decompress_add needs a Packet, got {type(packet).__name__}")
+        return decode_add(packet, out, alpha)
+
+    def compress_with_feedback(self, residual: torch.Tensor, dtype: torch.dtype | None = None) -> Packet:
+        """Compress `residual` and subtract what was sent from it, in place.
+
+        This is error feedback's step: afterwards ``residual`` holds exactly what the
+        packet did not carry. `dtype` (default: the residual's) is the dtype put on the
+        wire, so that a float32 ledger can send a bfloat16 gradient's packet. `residual`
+        is trusted (a ledger, already checked): no input checks run here.
+
+        >>> from milktea import Quantize
+        >>> r = torch.tensor([1.0, 0.3, -1.0])
+        >>> p = Quantize(bits=2).compress_with_feedback(r)
+        >>> r   # 0.3 was rounded to 0 and stays in the ledger
+        tensor([0.0000, 0.3000, 0.0000])
+        """
+        if not isinstance(residual, torch.Tensor) or not residual.is_contiguous():
+            raise ValueError("the residual must be a contiguous tensor (error feedback's ledger)")
+        x = residual if dtype in (None, residual.dtype) else residual.to(dtype)
+        with torch.no_grad():
+            packet = self._compress(x)
+            decode_add(packet, residual, -1.0)
+        return packet
 
     def aggregate(self, packets: Sequence[Packet]) -> torch.Tensor:
         """Sum of the decompressed packets: what a collective delivers to each worker."""
@@ -107,8 +179,9 @@ class Compressor:
             gen.manual_seed((self.seed * 1_000_003 + rank * 7919 + stream) % (1 << 62))
 
     def subtract_sent(self, residual: torch.Tensor, packet: Packet) -> None:
-        """residual -= decompress(packet), in place (error feedback's bookkeeping)."""
-        residual -= self.decompress(packet).to(residual.dtype)
+        """residual -= decompress(packet), in place (see :meth:`compress_with_feedback`,
+        which compresses and subtracts in one call)."""
+        decode_add(packet, residual, -1.0)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self._repr_args().items())
@@ -135,7 +208,28 @@ class Identity(Compressor):
         return Packet("dense", tuple(t.shape), t.dtype, (), (to_bytes(t).clone(),))
 
 
-def _decode_dense(packet: Packet, out=None):
+def _check_dense(packet: Packet, value_dtype: torch.dtype, nparams: int = 0) -> None:
+    expect_layout(packet, nparams, 1)
+    size = torch.empty((), dtype=value_dtype).element_size()
+    expect_nbytes(packet, 0, packet.numel * size, f"{packet.numel} {value_dtype} values")
+
+
+def dense_decode(packet: Packet, out, value_dtype: torch.dtype, nparams: int = 0):
+    """Decode a packet whose one part holds every value as `value_dtype`."""
+    _check_dense(packet, value_dtype, nparams)
     res = output(packet, out)
-    res.view(-1).copy_(from_bytes(packet.parts[0], packet.dtype))
+    res.view(-1).copy_(from_bytes(packet.parts[0], value_dtype))
     return res
+
+
+def dense_add(packet: Packet, out, alpha: float, value_dtype: torch.dtype, nparams: int = 0):
+    """out += alpha * values, read from the bytes piece by piece (no full-size copy even
+    when the part sits at an odd offset in a received buffer)."""
+    _check_dense(packet, value_dtype, nparams)
+    size = torch.empty((), dtype=value_dtype).element_size()
+    part = packet.parts[0]
+    add_pieces(packet, out, lambda s, e: from_bytes(part[s * size:e * size], value_dtype), alpha)
+
+
+register_codec("dense", 0, lambda p, out=None: dense_decode(p, out, p.dtype), expansion=1.0,
+               add=lambda p, out, alpha: dense_add(p, out, alpha, p.dtype))

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from ..packet import DTYPES, Packet, register_decoder
-from .base import Compressor, from_bytes, output, to_bytes
+from ..packet import DTYPES, Packet, register_codec
+from .base import Compressor, dense_add, dense_decode, expect_layout, to_bytes
 
 _HALF = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _BY_CODE = {DTYPES[d]: d for d in _HALF}
@@ -36,6 +36,11 @@ class Cast(Compressor):
     def _repr_args(self):
         return {"dtype": self.dtype}
 
+    @property
+    def overflow_at(self) -> float:
+        # float16 rounds |x| >= 65520 (65504 plus half a step) to inf
+        return 65520.0 if self.dtype == torch.float16 and self.nonfinite != "ignore" else float("inf")
+
     def _compress(self, t):
         h = t.to(self.dtype)
         if self.dtype == torch.float16 and self.nonfinite != "ignore" and bool(torch.isinf(h).any()):
@@ -44,13 +49,14 @@ class Cast(Compressor):
         return Packet("cast", tuple(t.shape), t.dtype, (DTYPES[self.dtype],), (to_bytes(h),))
 
 
-def _decode_cast(packet, out=None):
-    res = output(packet, out)
+def _half_of(packet) -> torch.dtype:
+    expect_layout(packet, 1, 1)
     half = _BY_CODE.get(packet.params[0])
     if half is None:
-        raise ValueError(f"cast packet names an unknown 16-bit dtype code {packet.params[0]}")
-    res.view(-1).copy_(from_bytes(packet.parts[0], half))
-    return res
+        raise ValueError(f"malformed cast packet: unknown 16-bit dtype code {packet.params[0]} "
+                         f"(known: {sorted(_BY_CODE)})")
+    return half
 
 
-register_decoder("cast", _decode_cast)
+register_codec("cast", 7, lambda p, out=None: dense_decode(p, out, _half_of(p), nparams=1), expansion=0.5,
+               add=lambda p, out, alpha: dense_add(p, out, alpha, _half_of(p), nparams=1))

@@ -7,12 +7,11 @@ the values, whole, header included).
 """
 from __future__ import annotations
 
-from ..packet import CODECS, Packet, decode, register_decoder
+from ..packet import SPARSE_EXPANSION, Packet, decode, get_codec, register_codec
 from .base import Compressor, to_bytes
-from .sparse import Sparsifier, sparse_decode, _decode_sparse
-from .sparse import SPARSE_DECODERS
+from .sparse import SPARSE_DECODERS, Sparsifier, _add_sparse, _decode_sparse, sparse_decode
 
-_NAMES = {v: k for k, v in CODECS.items()}
+_SPARSE = ("topk", "randomk")      # what a chain's first stage may be
 
 
 class Chain(Compressor):
@@ -48,7 +47,7 @@ class Chain(Compressor):
         sparse = self.first.compress(t)
         _, vals = sparse_decode(sparse)
         inner = self.second.compress(vals)
-        return Packet("chain", tuple(t.shape), t.dtype, (CODECS[sparse.codec], *sparse.params),
+        return Packet("chain", tuple(t.shape), t.dtype, (get_codec(sparse.codec).id, *sparse.params),
                       (*sparse.parts[:-1], inner.to_tensor()))
 
     def _reseed(self, rank, stream):
@@ -56,20 +55,26 @@ class Chain(Compressor):
         self.second._reseed(rank, stream)
 
     aggregate = Sparsifier.aggregate
-    subtract_sent = Sparsifier.subtract_sent
 
 
 def _sparse_of_chain(packet: Packet) -> Packet:
-    """The sparse packet a chain packet stands for, with its values decoded."""
-    codec = _NAMES[packet.params[0]]
+    """The sparse packet a chain packet stands for, with its values decoded (every
+    size checked: the inner packet must be a flat, non-sparse packet of k values)."""
+    if not packet.params or not packet.parts:
+        raise ValueError("malformed chain packet: it needs the sparse codec's id and an inner packet")
+    codec = next((c for c in _SPARSE if get_codec(c).id == packet.params[0]), None)
+    if codec is None:
+        raise ValueError(f"malformed chain packet: first stage codec id {packet.params[0]} is not one of "
+                         f"{ {c: get_codec(c).id for c in _SPARSE} }")
     inner = Packet.from_tensor(packet.parts[-1])
+    k = packet.params[1] if len(packet.params) > 1 else -1
+    if inner.codec in _SPARSE + ("chain",) or inner.shape != (k,):
+        raise ValueError(f"malformed chain packet: the inner packet is a {inner.codec} packet of shape "
+                         f"{inner.shape}; expected the {k} values, flat, of a non-sparse codec")
     vals = decode(inner).to(packet.dtype)
     return Packet(codec, packet.shape, packet.dtype, packet.params[1:], (*packet.parts[:-1], to_bytes(vals)))
 
 
-def _decode_chain(packet, out=None):
-    return _decode_sparse(_sparse_of_chain(packet), out)
-
-
 SPARSE_DECODERS["chain"] = lambda p: sparse_decode(_sparse_of_chain(p))
-register_decoder("chain", _decode_chain)
+register_codec("chain", 9, lambda p, out=None: _decode_sparse(_sparse_of_chain(p), out),
+               expansion=SPARSE_EXPANSION, add=lambda p, out, alpha: _add_sparse(_sparse_of_chain(p), out, alpha))

@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 
 from ..checks import check_positive_int
-from ..packet import Packet, register_decoder
-from .base import Compressor, from_bytes, output, to_bytes
+from ..packet import Packet, register_codec
+from .base import Compressor, expect_layout, expect_nbytes, from_bytes, output, to_bytes
 
 
 def orthonormalize(p: torch.Tensor) -> torch.Tensor:
@@ -103,16 +103,41 @@ class PowerSGD(Compressor):
         self.q = None if state["q"] is None else state["q"].clone()
 
 
-def _decode_powersgd(packet, out=None):
+def _factors(packet):
+    """(P, Q) of a powersgd packet, or (values, None) for a dense one; sizes checked."""
+    expect_layout(packet, 3, 1 if len(packet.params) == 3 and packet.params[2] == 0 else 2)
     rows, cols, rank = packet.params
-    res = output(packet, out)
+    n = packet.numel
+    if rows * cols != n or (rank and rank > min(rows, cols)):
+        raise ValueError(f"malformed powersgd packet: a {rows}x{cols} rank-{rank} matrix for a tensor "
+                         f"of {n} elements (rows * cols == numel, rank <= min(rows, cols))")
     if rank == 0:
-        res.view(-1).copy_(from_bytes(packet.parts[0], torch.float32))
-        return res
-    p = from_bytes(packet.parts[0], torch.float32).view(rows, rank)
-    q = from_bytes(packet.parts[1], torch.float32).view(cols, rank)
-    res.view(rows, cols).copy_(PowerSGD.expand(p, q))
+        expect_nbytes(packet, 0, 4 * n, f"{n} float32 values")
+        return from_bytes(packet.parts[0], torch.float32), None
+    expect_nbytes(packet, 0, 4 * rows * rank, f"P ({rows}x{rank} float32)")
+    expect_nbytes(packet, 1, 4 * cols * rank, f"Q ({cols}x{rank} float32)")
+    return (from_bytes(packet.parts[0], torch.float32).view(rows, rank),
+            from_bytes(packet.parts[1], torch.float32).view(cols, rank))
+
+
+def _decode_powersgd(packet, out=None):
+    p, q = _factors(packet)
+    res = output(packet, out)
+    if q is None:
+        res.view(-1).copy_(p)
+    else:
+        res.view(p.shape[0], q.shape[0]).copy_(PowerSGD.expand(p, q))
     return res
 
 
-register_decoder("powersgd", _decode_powersgd)
+def _add_powersgd(packet, out, alpha):
+    p, q = _factors(packet)
+    if q is None:
+        out.view(-1).add_(p.to(packet.dtype).to(out.dtype), alpha=alpha)
+    elif out.dtype == torch.float32 and packet.dtype == torch.float32:
+        out.view(p.shape[0], q.shape[0]).addmm_(p, q.t(), alpha=alpha)     # no full-size temporary
+    else:
+        out.view(p.shape[0], q.shape[0]).add_(PowerSGD.expand(p, q).to(packet.dtype).to(out.dtype), alpha=alpha)
+
+
+register_codec("powersgd", 8, _decode_powersgd, expansion=1 << 16, add=_add_powersgd)

@@ -18,10 +18,15 @@ from __future__ import annotations
 import torch
 
 from .. import kernels
-from ..bits import pack, unpack
+from ..bits import pack, packed_size, unpack
 from ..checks import check_choice, check_positive_int
-from ..packet import Packet, register_decoder
-from .base import Compressor, flat_float32, from_bytes, output, to_bytes
+from ..packet import Packet, register_codec
+from .base import (Compressor, add_pieces, expect_layout, expect_nbytes, flat_float32, from_bytes,
+                   output, to_bytes)
+
+#: Norms saturate here (half of float32's largest value), so that norm / levels * levels
+#: cannot round past the largest float32 when decoded (see QSGD).
+NORM_MAX = float(torch.finfo(torch.float32).max) / 2
 
 QUANT_BITS = (8, 4, 2)
 
@@ -81,28 +86,53 @@ class Quantize(Compressor):
         n, q = x.numel(), self.qmax
         pad = (-n) % chunk
         xp = torch.nn.functional.pad(x, (0, pad)).view(-1, chunk)
-        m = torch.linalg.vector_norm(xp, float("inf"), dim=1)
-        scales = m / q
+        scales = (torch.linalg.vector_norm(xp, float("inf"), dim=1) / q).clamp_(max=kernels.scale_cap(q))
+        div = torch.where(scales > 0, scales, 1.0).unsqueeze(1)
         u = torch.rand(xp.shape, generator=self._gen).to(x.device)
-        y = xp * (q / m.clamp_min(1e-38)).unsqueeze(1) + (q + 1) + u
+        y = (xp / div).add_(q + 1).add_(u)
         codes = y.floor_().clamp_(1, 2 * q + 1).to(torch.uint8).reshape(-1)[:n]
         return codes, scales
 
 
-def _decode_quant(packet, out=None):
-    bits, chunk, _ = packet.params
-    res = output(packet, out)
+def _quant_layout(packet):
+    """(bits, chunk) of a quant packet, every size checked against its bytes."""
+    expect_layout(packet, 3, 2)
+    bits, chunk, stochastic = packet.params
     n = packet.numel
+    if bits not in QUANT_BITS or chunk < 1 or stochastic > 1:
+        raise ValueError(f"malformed quant packet: bits={bits}, chunk={chunk}, stochastic={stochastic} "
+                         f"(bits must be one of {QUANT_BITS}, chunk >= 1, stochastic 0 or 1)")
+    chunk = min(chunk, n)                   # one chunk is the whole tensor at most
+    expect_nbytes(packet, 0, packed_size(n, bits), f"{n} codes of {bits} bits")
+    expect_nbytes(packet, 1, 4 * (-(-n // chunk)), f"the float32 scales of {-(-n // chunk)} chunks")
+    return bits, chunk
+
+
+def _decode_quant(packet, out=None):
+    bits, chunk = _quant_layout(packet)
+    res = output(packet, out)
     scales = from_bytes(packet.parts[1], torch.float32)
-    if scales.numel() != (n + chunk - 1) // chunk:
-        raise ValueError(f"quant packet has {scales.numel()} scales, expected {(n + chunk - 1) // chunk}")
-    if packet.parts[0].numel() != (n * bits + 7) // 8:
-        raise ValueError(f"quant packet has {packet.parts[0].numel()} code bytes, expected {(n * bits + 7) // 8}")
-    flat = res.view(-1) if res.dtype == torch.float32 else torch.empty(n, device=res.device)
+    flat = res.view(-1) if res.dtype == torch.float32 else torch.empty(packet.numel, device=res.device)
     kernels.dequantize_packed(packet.parts[0], scales, chunk, bits, flat)
     if flat.data_ptr() != res.data_ptr():
         res.view(-1).copy_(flat)
     return res
+
+
+def _levels_piece(packet, bits, chunk, steps, offset):
+    """piece(s, e) for add_pieces: float32 (code - offset) * steps[chunk of each entry]."""
+    def piece(s, e):
+        # pieces start at multiples of 8 entries, so on a byte boundary for 1, 2, 4 or 8 bits
+        codes = unpack(packet.parts[0][s * bits // 8: packed_size(e, bits)], bits, e - s)
+        which = torch.arange(s, e, device=codes.device) // chunk
+        return (codes.float() - offset) * steps[which]
+    return piece
+
+
+def _add_quant(packet, out, alpha):
+    bits, chunk = _quant_layout(packet)
+    scales = from_bytes(packet.parts[1], torch.float32)
+    add_pieces(packet, out, _levels_piece(packet, bits, chunk, scales, 2 ** (bits - 1)), alpha)
 
 
 def _level_bits(levels: int) -> int:
@@ -142,14 +172,26 @@ class QSGD(Compressor):
     def _repr_args(self):
         return {"levels": self.levels, "chunk": self.chunk}
 
+    def _norms(self, xp: torch.Tensor) -> torch.Tensor:
+        """Per-row norm in float32, without overflow: the max-norm is exact; the 2-norm is
+        max|x| * ||x / max|x|||, in float64, and saturates at NORM_MAX (entries then
+        still decode finite, at most the norm)."""
+        m = torch.linalg.vector_norm(xp, float("inf"), dim=1)
+        if self.ord == float("inf"):
+            return m
+        safe = torch.where(m > 0, m, 1.0).unsqueeze(1)
+        norms = m.double() * torch.linalg.vector_norm(xp / safe, self.ord, dim=1).double()
+        return norms.clamp_(max=NORM_MAX).float()
+
     def _compress(self, t):
         x = flat_float32(t)
         n, s = x.numel(), self.levels
         chunk = _chunks(n, self.chunk)
         xp = torch.nn.functional.pad(x, (0, (-n) % chunk)).view(-1, chunk)
-        norms = torch.linalg.vector_norm(xp, self.ord, dim=1)
+        norms = self._norms(xp)
         u = torch.rand(xp.shape, generator=self._gen).to(x.device)
-        level = (xp.abs() * (s / norms.clamp_min(1e-38)).unsqueeze(1) + u).floor_().clamp_(0, s)
+        div = torch.where(norms > 0, norms, 1.0).unsqueeze(1)
+        level = (xp.abs() / div).mul_(s).add_(u).floor_().clamp_(0, s)
         codes = (torch.sign(xp) * level + s).to(torch.uint8).reshape(-1)[:n]
         return Packet(self.codec, tuple(t.shape), t.dtype, (s, self.bits, chunk),
                       (pack(codes, self.bits), to_bytes(norms)))
@@ -175,8 +217,22 @@ class TernGrad(QSGD):
         return {"chunk": self.chunk}
 
 
-def _decode_levels(packet, out=None):
+def _levels_layout(packet):
+    """(levels, bits, chunk) of a qsgd/terngrad packet, every size checked against its bytes."""
+    expect_layout(packet, 3, 2)
     s, bits, chunk = packet.params
+    if not 1 <= s <= 127 or chunk < 1 or bits != _level_bits(s):
+        raise ValueError(f"malformed {packet.codec} packet: levels={s}, bits={bits}, chunk={chunk} "
+                         f"(levels in [1, 127] take {_level_bits(min(max(s, 1), 127))} bits; chunk >= 1)")
+    n = packet.numel
+    chunk = min(chunk, n)
+    expect_nbytes(packet, 0, packed_size(n, bits), f"{n} codes of {bits} bits")
+    expect_nbytes(packet, 1, 4 * (-(-n // chunk)), f"the float32 norms of {-(-n // chunk)} chunks")
+    return s, bits, chunk
+
+
+def _decode_levels(packet, out=None):
+    s, bits, chunk = _levels_layout(packet)
     res = output(packet, out)
     n = packet.numel
     codes = unpack(packet.parts[0], bits, n)
@@ -186,6 +242,12 @@ def _decode_levels(packet, out=None):
     return res
 
 
-register_decoder("quant", _decode_quant)
-register_decoder("qsgd", _decode_levels)
-register_decoder("terngrad", _decode_levels)
+def _add_levels(packet, out, alpha):
+    s, bits, chunk = _levels_layout(packet)
+    steps = from_bytes(packet.parts[1], torch.float32) / s
+    add_pieces(packet, out, _levels_piece(packet, bits, chunk, steps, s), alpha)
+
+
+register_codec("quant", 3, _decode_quant, expansion=4.0, add=_add_quant)
+register_codec("qsgd", 4, _decode_levels, expansion=4.0, add=_add_levels)
+register_codec("terngrad", 5, _decode_levels, expansion=4.0, add=_add_levels)

@@ -1,15 +1,22 @@
 """Sign compression (signSGD with a scale, as in EF-signSGD, Karimireddy et al. 2019).
 
-One bit per entry (1 = negative) plus one float32 scale = mean |x|, so the decoded
-tensor has the same L1 norm as the input. It is biased: use it with ErrorFeedback.
+One bit per entry (1 = negative) plus one float32 scale = mean |x| (summed in
+float64), so the decoded tensor has the same L1 norm as the input. It is biased: use
+it with ErrorFeedback.
+
+Exact zeros, +0.0 and -0.0 alike, are sent as +scale: one bit cannot say "zero", and
+the error they leave (scale) waits in the error-feedback ledger like any other.
+Packet (codec ``sign``): no params, parts = (sign bits, float32 scale).
 """
 from __future__ import annotations
 
 import torch
 
 from .. import kernels
-from ..packet import Packet, register_decoder
-from .base import Compressor, flat_float32, from_bytes, output, to_bytes
+from ..bits import packed_size, unpack
+from ..packet import Packet, register_codec
+from .base import (Compressor, add_pieces, expect_layout, expect_nbytes, flat_float32, from_bytes,
+                   output, to_bytes)
 
 
 class Sign(Compressor):
@@ -32,9 +39,16 @@ class Sign(Compressor):
         return Packet("sign", tuple(t.shape), t.dtype, (), (bits, to_bytes(scale)))
 
 
+def _scale_of(packet) -> float:
+    expect_layout(packet, 0, 2)
+    expect_nbytes(packet, 0, packed_size(packet.numel, 1), f"{packet.numel} sign bits")
+    expect_nbytes(packet, 1, 4, "the float32 scale")
+    return float(from_bytes(packet.parts[1], torch.float32)[0])
+
+
 def _decode_sign(packet, out=None):
+    scale = _scale_of(packet)
     res = output(packet, out)
-    scale = float(from_bytes(packet.parts[1], torch.float32)[0])
     flat = res.view(-1) if res.dtype == torch.float32 else torch.empty(packet.numel, device=res.device)
     kernels.sign_unpack(packet.parts[0], scale, flat)
     if flat.data_ptr() != res.data_ptr():
@@ -42,4 +56,13 @@ def _decode_sign(packet, out=None):
     return res
 
 
-register_decoder("sign", _decode_sign)
+def _add_sign(packet, out, alpha):
+    scale = _scale_of(packet)
+
+    def piece(s, e):
+        bits = unpack(packet.parts[0][s // 8: packed_size(e, 1)], 1, e - s)
+        return kernels.sign_values(bits, scale, torch.empty(e - s, device=bits.device))
+    add_pieces(packet, out, piece, alpha)
+
+
+register_codec("sign", 6, _decode_sign, expansion=8.0, add=_add_sign)

@@ -6,14 +6,12 @@ all: every worker regenerates the same positions from the shared seed in its par
 """
 from __future__ import annotations
 
-import weakref
-
 import torch
 
 from .. import index as index_codec
 from ..checks import check_choice, check_positive_int, resolve_k
-from ..packet import Packet, register_decoder
-from .base import Compressor, from_bytes, output, to_bytes
+from ..packet import SPARSE_EXPANSION, Packet, register_codec
+from .base import Compressor, expect_layout, expect_nbytes, from_bytes, output, to_bytes
 from .select import select_topk
 
 ENCODING_IDS = {name: i for i, name in enumerate(index_codec.ENCODINGS)}
@@ -44,6 +42,35 @@ class Sparsifier(Compressor):
     def select(self, flat: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _choose(self, flat: torch.Tensor) -> torch.Tensor:
+        """The sorted positions to send this call (advances any per-call state)."""
+        return self.select(flat)
+
+    def _pack(self, t: torch.Tensor, idx: torch.Tensor) -> Packet:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _compress(self, t):
+        return self._pack(t, self._choose(t.reshape(-1)))
+
+    def compress_with_feedback(self, residual, dtype=None):
+        """Send the chosen entries and cross them out of `residual` directly: the values
+        sent are the residual's own entries, so zeroing them is exact and no packet is
+        decoded (with a narrower wire `dtype`, the rounding remainder stays instead)."""
+        if type(self)._compress is not Sparsifier._compress:   # a subclass changed what is sent
+            return super().compress_with_feedback(residual, dtype)
+        if not isinstance(residual, torch.Tensor) or not residual.is_contiguous():
+            raise ValueError("the residual must be a contiguous tensor (error feedback's ledger)")
+        x = residual if dtype in (None, residual.dtype) else residual.to(dtype)
+        with torch.no_grad():
+            idx = self._choose(x.reshape(-1))
+            packet = self._pack(x, idx)
+            flat = residual.view(-1)
+            if x is residual:
+                flat.index_fill_(0, idx, 0)
+            else:
+                flat.index_add_(0, idx, x.reshape(-1).index_select(0, idx).to(flat.dtype), alpha=-1)
+        return packet
+
     def sparse_parts(self, tensor: torch.Tensor):
         """(sorted indices, values) this compressor would send for `tensor`."""
         flat = tensor.reshape(-1)
@@ -71,16 +98,6 @@ class Sparsifier(Compressor):
             idx, vals = sparse_decode(p)
             total.index_add_(0, idx, vals)
         return total.view(packets[0].shape)
-
-    def subtract_sent(self, residual, packet):
-        last = getattr(self, "_last", None)
-        if last is not None and last[0]() is packet and last[2]() is residual:
-            # the packet was just made from this very ledger: its values are the ledger's
-            # entries at idx, so crossing them out is exact without decoding the packet
-            residual.view(-1).index_fill_(0, last[1], 0)
-            return
-        idx, vals = sparse_decode(packet)
-        residual.view(-1).index_add_(0, idx, -vals.to(residual.dtype))
 
 
 class TopK(Sparsifier):
@@ -119,14 +136,14 @@ class TopK(Sparsifier):
         return ("approx-" if self.approximate else "") + super().name
 
     def select(self, flat):
-        return select_topk(_selection_view(flat), self.k_for(flat.numel()), approximate=self.approximate,
+        view = _selection_view(flat)
+        if self.nonfinite == "ignore" and not bool(torch.isfinite(view).all()):
+            view = torch.nan_to_num(view, nan=float("inf"))   # NaN counts as the largest (as torch.topk)
+        return select_topk(view, self.k_for(flat.numel()), approximate=self.approximate,
                            tolerance=self.tolerance, gen=self._gen)
 
-    def _compress(self, t):
-        idx, vals = self.sparse_parts(t)
-        packet = sparse_packet(t, idx, vals, self.index)
-        self._last = (weakref.ref(packet), idx, weakref.ref(t))   # error feedback: no decode needed
-        return packet
+    def _pack(self, t, idx):
+        return sparse_packet(t, idx, t.reshape(-1).index_select(0, idx), self.index)
 
 
 def sparse_packet(t: torch.Tensor, idx: torch.Tensor, vals: torch.Tensor, index: str = "auto") -> Packet:
@@ -138,29 +155,47 @@ def sparse_packet(t: torch.Tensor, idx: torch.Tensor, vals: torch.Tensor, index:
 SPARSE_DECODERS: dict = {}   # other sparse codecs (chain) register here
 
 
+def _check_k(packet, k: int) -> None:
+    if not 1 <= k <= packet.numel:
+        raise ValueError(f"malformed {packet.codec} packet: k={k} for {packet.numel} elements "
+                         f"(1 <= k <= numel)")
+
+
 def sparse_decode(packet: Packet) -> tuple[torch.Tensor, torch.Tensor]:
-    """(indices, values) of a sparse packet (topk, randomk, chain)."""
+    """(indices, values) of a sparse packet (topk, randomk, chain), every size checked."""
     if packet.codec in SPARSE_DECODERS:
         return SPARSE_DECODERS[packet.codec](packet)
+    size = torch.empty((), dtype=packet.dtype).element_size()
     if packet.codec == "randomk":
+        expect_layout(packet, 2, 1)
         k, seed = packet.params
+        _check_k(packet, k)
+        expect_nbytes(packet, 0, k * size, f"{k} {packet.dtype} values")
         return _random_indices(packet.numel, k, seed, packet.device), from_bytes(packet.parts[0], packet.dtype)
     if packet.codec != "topk":
         raise ValueError(f"not a sparse packet: codec {packet.codec!r}")
+    expect_layout(packet, 2, 2)
     k, enc = packet.params
+    _check_k(packet, k)
+    if enc >= len(index_codec.ENCODINGS):
+        raise ValueError(f"malformed topk packet: index encoding id {enc} (known: "
+                         f"{dict(enumerate(index_codec.ENCODINGS))})")
+    expect_nbytes(packet, 1, k * size, f"{k} {packet.dtype} values")
     idx = index_codec.decode(index_codec.ENCODINGS[enc], packet.parts[0], k, packet.numel)
-    vals = from_bytes(packet.parts[1], packet.dtype)
-    if vals.numel() != k:
-        raise ValueError(f"packet announces {k} values but carries {vals.numel()}")
-    return idx, vals
+    return idx, from_bytes(packet.parts[1], packet.dtype)
 
 
 def _decode_sparse(packet, out=None):
+    idx, vals = sparse_decode(packet)
     res = output(packet, out)
     res.zero_()
-    idx, vals = sparse_decode(packet)
     res.view(-1)[idx] = vals
     return res
+
+
+def _add_sparse(packet, out, alpha):
+    idx, vals = sparse_decode(packet)
+    out.view(-1).index_add_(0, idx, vals.to(out.dtype), alpha=alpha)
 
 
 def _random_indices(n: int, k: int, seed: int, device) -> torch.Tensor:
@@ -196,17 +231,18 @@ class RandomK(Sparsifier):
     def select(self, flat):
         return _random_indices(flat.numel(), self.k_for(flat.numel()), self._step_seed(), flat.device)
 
-    def _step_seed(self) -> int:
-        return (self.seed * 1_000_003 + self.step) % (1 << 62)
+    def _step_seed(self, step: int | None = None) -> int:
+        return (self.seed * 1_000_003 + (self.step if step is None else step)) % (1 << 62)
 
-    def _compress(self, t):
-        flat = t.reshape(-1)
-        seed = self._step_seed()
-        idx = _random_indices(flat.numel(), self.k_for(flat.numel()), seed, flat.device)
+    def _choose(self, flat):
+        idx = self.select(flat)
         self.step += 1
-        packet = Packet("randomk", tuple(t.shape), t.dtype, (idx.numel(), seed), (to_bytes(flat[idx]),))
-        self._last = (weakref.ref(packet), idx, weakref.ref(t))
-        return packet
+        return idx
+
+    def _pack(self, t, idx):
+        seed = self._step_seed(self.step - 1)     # the seed _choose just used
+        return Packet("randomk", tuple(t.shape), t.dtype, (idx.numel(), seed),
+                      (to_bytes(t.reshape(-1).index_select(0, idx)),))
 
     def state_dict(self):
         return {"step": self.step}
@@ -215,5 +251,5 @@ class RandomK(Sparsifier):
         self.step = int(state["step"])
 
 
-register_decoder("topk", _decode_sparse)
-register_decoder("randomk", _decode_sparse)
+register_codec("topk", 1, _decode_sparse, expansion=SPARSE_EXPANSION, add=_add_sparse)
+register_codec("randomk", 2, _decode_sparse, expansion=SPARSE_EXPANSION, add=_add_sparse)

@@ -1,0 +1,119 @@
+"""decompress_add(packet, out, alpha) == out + alpha * decompress(packet), without a
+full-size temporary for the sparse, quantized, sign and dense codecs."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from milktea import Chain, Quantize, RandomK, TopK
+from milktea.compressors import Sparsifier
+from milktea.compressors.base import PIECE
+
+from compressor_zoo import ZOO, make_input
+
+
+def reference(comp, packet, out, alpha):
+    return out + alpha * comp.decompress(packet).to(out.dtype)
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_matches_decode_then_add(name, dtype):
+    comp = ZOO[name]()
+    x = make_input(name, dtype=dtype)
+    p = comp.compress(x)
+    g = torch.Generator().manual_seed(1)
+    for out_dtype in {dtype, torch.float32, torch.float64}:
+        base = torch.randn(x.shape, generator=g).to(out_dtype)
+        for alpha in (1.0, -1.0, 0.375):
+            got = comp.decompress_add(p, base.clone(), alpha=alpha)
+            want = reference(comp, p, base, alpha)
+            assert got.dtype == out_dtype
+            if alpha in (1.0, -1.0):   # alpha * v is exact: the same additions, bit for bit
+                assert torch.equal(got, want), (out_dtype, alpha)
+            else:   # one rounding instead of two: within an ulp of out's dtype
+                eps = torch.finfo(out_dtype).eps
+                assert torch.allclose(got.double(), want.double(), rtol=2 * eps,
+                                      atol=2 * eps * float(want.abs().max()))
+
+
+@pytest.mark.parametrize("name", ["int4", "sign", "topk+int8", "qsgd", "identity", "fp16"])
+def test_many_pieces(name):
+    # more than one piece, not a multiple of the piece size nor of the chunk
+    n = 2 * PIECE + 1001
+    x = torch.randn(n, generator=torch.Generator().manual_seed(2))
+    comp = ZOO[name]()
+    p = comp.compress(x)
+    base = torch.randn(n, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(comp.decompress_add(p, base.clone(), alpha=-1.0), reference(comp, p, base, -1.0))
+
+
+def test_checks_out():
+    comp = ZOO["topk"]()
+    p = comp.compress(torch.randn(100))
+    with pytest.raises(ValueError, match="out has shape"):
+        comp.decompress_add(p, torch.zeros(99))
+    with pytest.raises(ValueError, match="float dtype"):
+        comp.decompress_add(p, torch.zeros(100, dtype=torch.int64))
+    with pytest.raises(ValueError, match="contiguous"):
+        comp.decompress_add(p, torch.zeros(100, 2)[:, 0])
+    with pytest.raises(TypeError, match="alpha"):
+        comp.decompress_add(p, torch.zeros(100), alpha="1")
+
+
+# -- peak memory, measured as the process's high-water RSS in a fresh interpreter ------
+needs_proc = pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+PROBE = r"""
+import json, sys, torch
+import milktea
+from milktea import Packet
+torch.set_num_threads(1)
+def peak():   # this process's high-water RSS (ru_maxrss would carry over the parent's)
+    line = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+p = Packet.from_bytes(open(sys.argv[1], "rb").read())
+comp = milktea.Identity()                    # decompress_add/decompress dispatch on the packet
+out = torch.ones(p.shape)                    # touched: RSS is now at its high-water mark
+base = peak()
+comp.decompress_add(p, out, alpha=-1.0)
+fused = peak()
+out += comp.decompress(p).float()            # the naive way, to show the probe sees a full tensor
+naive = peak()
+print(json.dumps({"fused": fused - base, "naive": naive - fused}))
+"""
+
+N = 1 << 24     # 16M entries: 64 MB as float32
+
+
+MEMORY_CASES = {"topk-1%": lambda: TopK(0.01), "randomk-1%": lambda: RandomK(0.01),
+                "topk-1%+int8": lambda: Chain(TopK(0.01), Quantize(8)), "int8": ZOO["int8"], "int4": ZOO["int4"],
+                "sign": ZOO["sign"], "qsgd": ZOO["qsgd"], "identity": ZOO["identity"], "fp16": ZOO["fp16"]}
+
+
+@pytest.mark.slow
+@needs_proc
+@pytest.mark.parametrize("name", sorted(MEMORY_CASES))
+def test_no_full_size_temporary(name, tmp_path):
+    x = torch.randn(N, generator=torch.Generator().manual_seed(0))
+    comp = MEMORY_CASES[name]()
+    packet = comp.compress(x)
+    first = getattr(comp, "first", comp)                     # a chain's sparsifier
+    kept = first.k_for(N) if isinstance(first, Sparsifier) else 0
+    del x
+    path = tmp_path / "packet.bin"
+    path.write_bytes(packet.to_bytes())
+    del packet
+    env = dict(os.environ, MILKTEA_NUMBA="0")
+    res = subprocess.run([sys.executable, "-c", PROBE, str(path)], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert res.returncode == 0, res.stderr
+    grew = json.loads(res.stdout.strip().splitlines()[-1])
+    full = 4 * N
+    assert grew["naive"] > 0.9 * full, grew             # the probe does see a full-size tensor
+    if kept:   # sparse: the indices are decoded whole, so temporaries grow with k, not n
+        assert grew["fused"] < min(96 * kept, full / 4), grew
+    else:      # the rest work piece by piece
+        assert grew["fused"] < full / 8, grew
