@@ -5,6 +5,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from milktea.feedback import ErrorFeedback
+
 
 def rank_sum():
     t = torch.tensor([float(dist.get_rank() + 1)])
@@ -60,11 +62,12 @@ def hooks_vs_reference(specs, steps=4, bucket_cap_mb=0.004):
     per step.
 
     Reference: every rank's local gradient is gathered; each rank's packets are recomputed
-    here with the same per-bucket sender, and averaged as compressor.aggregate(packets) / N
-    (PowerSGD: the shared-basis algorithm in float64)."""
+    here, per parameter, with the same per-parameter sender (fork(rank, stream_of(name))),
+    and averaged as compressor.aggregate(packets) / N (PowerSGD: the shared-basis algorithm
+    in float64)."""
     import copy
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from milktea.distributed import hooks, families
+    from milktea.distributed import hooks, protocols
     from milktea.compressors import PowerSGD
     rank, N = dist.get_rank(), dist.get_world_size()
     out = {}
@@ -81,8 +84,8 @@ def hooks_vs_reference(specs, steps=4, bucket_cap_mb=0.004):
             torch.nn.functional.cross_entropy(model(x), y).backward()
             ref.zero_grad()
             torch.nn.functional.cross_entropy(ref(x), y).backward()
-            local = {n: p.grad.reshape(-1) for n, p in ref.named_parameters()}
-            got = {n: p.grad.reshape(-1) for n, p in net.named_parameters()}
+            local = {n: p.grad for n, p in ref.named_parameters()}
+            got = {n: p.grad for n, p in net.named_parameters()}
             err = derr = 0.0
             if step == 0 or not state.plans:
                 for n in local:
@@ -90,39 +93,31 @@ def hooks_vs_reference(specs, steps=4, bucket_cap_mb=0.004):
                     derr = max(derr, (g - got[n]).abs().max().item())
                 dense_errs.append(derr)
                 continue
-            for index, plan in sorted(state.plans.items()):
-                names_c = [s.name for s in plan.segments if s.compress]
+            for plan in state.plans.values():
                 for s in plan.segments:
+                    every = _all_gather(local[s.name])
                     if not s.compress:
-                        g = torch.stack(_all_gather(local[s.name])).mean(0)
+                        g = torch.stack(every).mean(0)
                         derr = max(derr, (g - got[s.name]).abs().max().item())
-                if not names_c:
-                    continue
-                if isinstance(comp, PowerSGD):
-                    for s in plan.segments:
-                        if not s.compress:
-                            continue
-                        every = [t.view(s.shape[0], -1) for t in _all_gather(local[s.name])]
-                        key = (index, s.name)
-                        Q, res = ps_state.get(key, (None, [None] * N))
+                    elif isinstance(comp, PowerSGD):
+                        every = [t.view(s.shape[0], -1) for t in every]
+                        Q, res = ps_state.get(s.name, (None, [None] * N))
                         if Q is None:
                             r = min(comp.rank, *every[0].shape)
                             Q = torch.randn(every[0].shape[1], r,
                                             generator=torch.Generator().manual_seed(comp.seed)).double()
                         approx, Qn, res2 = _powersgd_reference(every, Q, res if ef else [None] * N, comp.rank, N)
-                        ps_state[key] = (Qn if comp.warm_start else None, res2 if ef else [None] * N)
-                        err = max(err, (approx.reshape(-1).float() - got[s.name]).abs().max().item())
-                    continue
-                mine = torch.cat([local[n] for n in names_c])
-                every = _all_gather(mine)
-                packets = []
-                for r in range(N):
-                    if (r, index) not in senders:
-                        senders[(r, index)] = families.make_sender(comp, ef, r, index)
-                    packets.append(senders[(r, index)].compress(every[r]))
-                expected = comp.aggregate(packets).reshape(-1) / N
-                hook_avg = torch.cat([got[n] for n in names_c])
-                err = max(err, (expected - hook_avg).abs().max().item())
+                        ps_state[s.name] = (Qn if comp.warm_start else None, res2 if ef else [None] * N)
+                        err = max(err, (approx.reshape(s.shape).float() - got[s.name]).abs().max().item())
+                    else:
+                        packets = []
+                        for r in range(N):
+                            if (r, s.name) not in senders:
+                                c = comp.fork(r, protocols.stream_of(s.name))
+                                senders[(r, s.name)] = ErrorFeedback(c) if ef else c
+                            packets.append(senders[(r, s.name)].compress(every[r]))
+                        expected = comp.aggregate(packets) / N
+                        err = max(err, (expected - got[s.name]).abs().max().item())
             errs.append(err)
             dense_errs.append(derr)
         last = state.stats.last
@@ -152,8 +147,8 @@ def state_round_trips(comps, ef=True):
 
 
 def state_round_trip(comp, ef):
-    """Grads of step B from the original hook vs from a fresh DDP whose hook loaded the
-    original's state_dict (after one dense settling step of its own)."""
+    """Grads of step 3 from the original hook vs from a fresh DDP (other buckets) whose hook
+    loaded the original's state_dict, and vs a fresh hook that loaded nothing."""
     import copy
     from torch.nn.parallel import DistributedDataParallel as DDP
     from milktea.distributed import hooks
@@ -165,26 +160,21 @@ def state_round_trip(comp, ef):
         _step(model, rank, step)
     saved = state.state_dict()
     net2 = copy.deepcopy(net)
-    model2 = DDP(net2, bucket_cap_mb=0.004)
+    model2 = DDP(net2, bucket_cap_mb=0.01)    # other buckets: the state is keyed by parameter
     state2 = hooks.compress(model2, comp, error_feedback=ef, min_size=0)
     state2.load_state_dict(saved)
-    _step(model2, rank, 99)                  # dense: the new DDP settles its buckets
-    after_dense = state2.stats.last.compressed
     original = _step(model, rank, 3)
     restored = _step(model2, rank, 3)
-    fresh_net = copy.deepcopy(net)
-    fresh = DDP(fresh_net, bucket_cap_mb=0.004)
-    fstate = hooks.compress(fresh, comp, error_feedback=ef, min_size=0, start_step=1)
-    _step(fresh, rank, 99)
+    compressed_at_once = state2.stats.last.compressed
+    fresh = DDP(copy.deepcopy(net), bucket_cap_mb=0.004)
+    fstate = hooks.compress(fresh, comp, error_feedback=ef, min_size=0, start_step=0)
     unrestored = _step(fresh, rank, 3)
-    residual_norm = sum(float(v["sender"]["residual"].norm()) if "sender" in v else
-                        sum(float(r.norm()) for r in v["residuals"] if r is not None)
-                        for v in saved["buckets"].values())
+    residual_norm = sum(float(r.norm()) for r in saved["params"]["residuals"].values())
     for s in (state, state2, fstate):
         s.close()
     return {"max_diff": (original - restored).abs().max().item(), "step": saved["step"],
             "unrestored_diff": (original - unrestored).abs().max().item(), "residual_norm": residual_norm,
-            "dense_while_settling": not after_dense}
+            "compressed_at_once": compressed_at_once}
 
 
 def start_step_check(start_step):
