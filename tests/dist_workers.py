@@ -265,3 +265,139 @@ def shaped_allreduce(nbytes):
     link = calibrate_link((4096, 1 << 18, 1 << 20), repeats=2)
     return {"seconds": seconds, "nbytes": nbytes, "sum": float(t[0]), "link": repr(link),
             "addr": os.environ["MASTER_ADDR"]}
+
+
+# --- the hook beside other collectives, re-bucketing, unused parameters, no_sync -------------
+class Branchy(torch.nn.Module):
+    """`a` is used only when asked (on some ranks, some steps); `b` is never used."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.head, self.a = torch.nn.Linear(20, 64), torch.nn.Linear(64, 64)
+        self.b, self.out = torch.nn.Linear(64, 64), torch.nn.Linear(64, 10)
+
+    def forward(self, x, use_a=True, mid=None):
+        h = torch.relu(self.head(x))
+        if use_a:
+            h = h + torch.relu(self.a(h))
+        if mid is not None:
+            h = mid(h)
+        return self.out(h)
+
+
+class AllReduceInBackward(torch.autograd.Function):
+    """Identity forward; its backward runs the user's own all-reduce on the default group
+    while the hook's buckets are in flight (as SyncBatchNorm does)."""
+    seen = []
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        t = torch.full((4096,), float(dist.get_rank() + 1))
+        dist.all_reduce(t)
+        AllReduceInBackward.seen.append(float(t[0]))
+        return g
+
+
+def _scenario_steps(kind, rank, step):
+    """(forward keyword arguments per micro-step) for one step of a scenario."""
+    if kind == "find_unused":    # `a`: used on some ranks; on no rank at every third step
+        return [dict(use_a=step % 3 != 2 and (step + rank) % 2 == 0)]
+    if kind == "user_allreduce":
+        return [dict(mid=AllReduceInBackward.apply)]
+    if kind == "no_sync":        # two micro-batches accumulated, the second one synchronised
+        return [dict(use_a=rank == 0), dict(use_a=True)]
+    return [dict()]
+
+
+def scenario(kind, specs, steps=6):
+    """For each (label, compressor, error feedback): train `steps` steps of `kind` and check
+    the ledger invariant per parameter, relative to the gradients' size:
+
+        sum over steps of the averaged gradient DDP applied (None: 0)
+          + mean over ranks of the hook's ledger (AllReduce's ledgers hold gradient / N)
+        == mean over ranks of the sum of every gradient the rank computed
+
+    Dense (compressor None): the applied gradient must be the exact mean at every step."""
+    import copy
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from milktea.distributed import hooks, protocols
+    rank, N = dist.get_rank(), dist.get_world_size()
+    out = {}
+    for label, comp, ef in specs:
+        AllReduceInBackward.seen.clear()
+        if kind == "two_models":   # a GAN step: generator and discriminator, one backward
+            nets = {"g": torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 20)),
+                    "d": _net()}
+        else:
+            nets = {"m": Branchy()}
+        refs = {k: copy.deepcopy(n) for k, n in nets.items()}
+        opts = dict(bucket_cap_mb=0.004, find_unused_parameters=kind not in ("two_models", "static_graph"),
+                    static_graph=kind == "static_graph")
+        models = {k: DDP(n, **opts) for k, n in nets.items()}
+        states = {k: hooks.compress(m, comp, error_feedback=ef, min_size=0, start_step=0)
+                  for k, m in models.items()}
+        names = [(k, n) for k, net in nets.items() for n, _ in net.named_parameters()]
+        applied = {kn: 0.0 for kn in names}
+        local = {kn: 0.0 for kn in names}
+        dense_err = 0.0
+        for step in range(steps):
+            for ms in (models, refs):
+                for m in ms.values():
+                    m.zero_grad(set_to_none=True)
+            micro = _scenario_steps(kind, rank, step)
+            for i, kw in enumerate(micro):
+                g = torch.Generator().manual_seed(100 * step + 10 * rank + i)
+                x, y = torch.randn(8, 20, generator=g), torch.randint(0, 10, (8,), generator=g)
+                z = torch.randn(8, 8, generator=g)
+                for ms in (models, refs):
+                    sync = ms is refs or i == len(micro) - 1
+                    ctx = ms["m"].no_sync() if not sync else _nullcontext()
+                    with ctx:
+                        if kind == "two_models":
+                            loss = torch.nn.functional.cross_entropy(ms["d"](ms["g"](z)), y)
+                        else:
+                            loss = torch.nn.functional.cross_entropy(ms["m"](x, **kw), y)
+                        loss.backward()
+            for k, n in names:
+                got = dict(nets[k].named_parameters())[n].grad
+                mine = dict(refs[k].named_parameters())[n].grad
+                mine = torch.zeros_like(dict(refs[k].named_parameters())[n]) if mine is None else mine
+                applied[(k, n)] = applied[(k, n)] + (0.0 if got is None else got)
+                local[(k, n)] = local[(k, n)] + mine
+                if comp is None and got is not None:
+                    mean = torch.stack(_all_gather(mine)).mean(0)
+                    dense_err = max(dense_err, (got - mean).abs().max().item())
+        worst = 0.0
+        for k, n in names:
+            p = dict(nets[k].named_parameters())[n]
+            proto = states[k].protocol
+            res = proto.residuals.get(n) if proto is not None else None
+            res = torch.zeros_like(p) if res is None else res.view_as(p)
+            unit = N if states[k].protocol_name == "allreduce" else 1
+            lhs = applied[(k, n)] + unit * torch.stack(_all_gather(res)).mean(0)
+            rhs = torch.stack(_all_gather(local[(k, n)] + torch.zeros_like(p))).mean(0)
+            scale = max(rhs.abs().max().item(), 1e-12)
+            worst = max(worst, (lhs - rhs).abs().max().item() / scale)
+        stats = [s.stats for s in states.values()]
+        out[label] = {"rel_err": worst, "dense_err": dense_err,
+                      "compressed": all(s.history[-1].compressed for s in stats) if comp is not None else None,
+                      "user_allreduce": sorted(set(AllReduceInBackward.seen)),
+                      "plans": sum(len(s.plans) for s in states.values()),
+                      "buckets": sum(s.history[-1].buckets for s in stats)}
+        for s in states.values():
+            s.close()
+            s.close()        # idempotent
+    return out
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
