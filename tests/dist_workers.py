@@ -401,3 +401,58 @@ class _nullcontext:
 
     def __exit__(self, *exc):
         return False
+
+
+# --- restarting into new processes ----------------------------------------------------------
+def restart_phase(specs, phase, path, steps=6, stop=3, min_size=1024):
+    """phase "full": train `steps` steps; "first": train `stop` steps and save a checkpoint per
+    spec; "second" (new processes): load it and train the remaining steps. Returns, per
+    label, the gradients DDP applied in the steps after `stop` and the final weights."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    import milktea.ddp
+    rank = dist.get_rank()
+    out = {}
+    for label, comp, ef in specs:
+        net = _net()
+        model = DDP(net, bucket_cap_mb=0.004)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        state = milktea.ddp.compress(model, comp, error_feedback=ef, min_size=min_size)
+        where = os.path.join(path, label)
+        first = 0
+        if phase == "second":
+            milktea.ddp.load_checkpoint(where, model, opt, state)
+            first = stop
+        grads = []
+        for step in range(first, stop if phase == "first" else steps):
+            g = _step(model, rank, step)
+            opt.step()
+            if step >= stop:
+                grads.append(g)
+        if phase == "first":
+            milktea.ddp.save_checkpoint(where, model, opt, state)
+        out[label] = {"grads": grads, "weights": torch.cat([p.detach().reshape(-1) for p in net.parameters()]),
+                      "compressed": state.stats.last.compressed}
+        state.close()
+    return out
+
+
+def load_refusals(path):
+    """Another rank's hook state, and a checkpoint of another world size: both refused."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    import milktea.ddp
+    from milktea import TopK
+    model = DDP(_net())
+    state = milktea.ddp.compress(model, TopK(0.1), error_feedback=True)
+    _step(model, dist.get_rank(), 0)
+    errors = {}
+    other = state.state_dict()
+    other["rank"] = (other["rank"] + 1) % dist.get_world_size()
+    for what, fn in (("rank", lambda: state.load_state_dict(other)),
+                     ("world", lambda: milktea.ddp.load_checkpoint(path, model, None, state))):
+        try:
+            fn()
+            errors[what] = None
+        except ValueError as e:
+            errors[what] = str(e)
+    state.close()
+    return errors

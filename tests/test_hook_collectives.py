@@ -18,7 +18,7 @@ from milktea.distributed import launch
 sys.path.insert(0, os.path.dirname(__file__))
 import dist_workers as w  # noqa: E402
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
 
 KINDS = ("find_unused", "two_models", "user_allreduce", "static_graph", "no_sync")
 SPECS = [("topk", TopK(0.1), True), ("powersgd", PowerSGD(2), True), ("fp16", Cast(torch.float16), True),
@@ -29,7 +29,7 @@ TOLERANCE = {"topk": 1e-5, "powersgd": 1e-4, "fp16": 5e-3, "dense": 1e-6}
 
 @pytest.fixture(scope="module", params=[2, 3], ids=["2 ranks", "3 ranks"])
 def results(request):
-    out = launch(_run_all, request.param, timeout=280)
+    out = launch(_run_all, request.param, timeout=550)
     return request.param, out
 
 
