@@ -85,6 +85,7 @@ class Compressor:
     the subclass's module with :func:`milktea.packet.register_codec`.
     """
     codec = "dense"
+    protocol = "allgather"   # how packets cross the wire: see milktea.distributed.protocols
     #: True for compressors whose packets have a fixed support, so a collective can sum
     #: them directly (all-reduce) instead of gathering every worker's packet.
     summable = False
@@ -198,6 +199,7 @@ class Identity(Compressor):
     True
     """
     codec = "dense"
+    protocol = "allreduce"
     summable = True
 
     @property

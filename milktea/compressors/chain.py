@@ -25,6 +25,7 @@ class Chain(Compressor):
     True
     """
     codec = "chain"
+    protocol = "allgather"
     biased = True
 
     def __init__(self, first: Sparsifier, second: Compressor):

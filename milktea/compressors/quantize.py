@@ -48,6 +48,7 @@ class Quantize(Compressor):
     stochastic: unbiased stochastic rounding instead of round-to-nearest.
     """
     codec = "quant"
+    protocol = "allgather"
 
     def __init__(self, bits: int = 8, chunk: int | None = 1024, stochastic: bool = False,
                  seed: int = 0, nonfinite: str = "raise"):
@@ -154,6 +155,7 @@ class QSGD(Compressor):
     (4, 4)
     """
     codec = "qsgd"
+    protocol = "allgather"
     ord = 2.0
     stochastic = True
 
@@ -204,6 +206,7 @@ class TernGrad(QSGD):
     True
     """
     codec = "terngrad"
+    protocol = "allgather"
     ord = float("inf")
 
     def __init__(self, chunk: int | None = None, seed: int = 0, nonfinite: str = "raise"):
