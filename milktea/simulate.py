@@ -193,9 +193,37 @@ class _Exchange:
         return update, sent
 
 
+class _CompressedAllReduce:
+    """The compressed all-reduce (milktea.distributed.compressed_allreduce) for all workers
+    at once: each worker's flat gradient is split into N chunks, chunk j compressed for
+    worker j, averaged and compressed again there, and the results gathered; ledgers on
+    both sides. A worker's `sent` bytes are its N chunk packets (its compressed gradient;
+    the wire carries about 2(N-1)/N of that, as a ring all-reduce does)."""
+
+    def __init__(self, compressor, error_feedback, workers, flat):
+        from .distributed.compressed_allreduce import CompressedAllReduce
+        from .feedback import ErrorFeedback
+        if compressor is None or isinstance(compressor, ErrorFeedback):
+            raise TypeError("protocol='compressed_allreduce' needs a plain compressor (e.g. Sign()); it keeps "
+                            "its own ledgers on both sides (error_feedback=True)")
+        self.workers, self.flat, self.codec, self.per_layer = workers, flat, compressor, False
+        self.scheme = compressor.name + ("+ef2" if error_feedback else "") + "/car"
+        self.ranks = [CompressedAllReduce(compressor, w, workers, error_feedback=error_feedback)
+                      for w in range(workers)]
+
+    def __call__(self, G):
+        from .distributed.compressed_allreduce import simulate_round
+        update = simulate_round(self.ranks, list(G)).to(self.flat.dtype)
+        return update, [sum(p.nbytes for p in r.last[0]) for r in self.ranks]
+
+
+PROTOCOLS = ("allgather", "compressed_allreduce")
+
+
 def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200, lr: float = 0.1,
              batch: int | None = 32, error_feedback: bool = True, momentum: float = 0.0, seed: int = 0,
-             device=None, progress: bool = True, eval_every: int = 10, per_layer: bool | None = None) -> History:
+             device=None, progress: bool = True, eval_every: int = 10, per_layer: bool | None = None,
+             protocol: str | None = None) -> History:
     """Train `task` with `workers` simulated workers for `steps` SGD steps.
 
     Each step every worker draws `batch` examples from its own shard (without replacement;
@@ -214,10 +242,18 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
     the way, so its packet is that of the summed gradient (with one ledger on the sum: only
     the sum of the workers' residuals ever reaches the update).
 
+    `protocol`: how the packets travel. None or "allgather": every worker's packet reaches
+    every worker (today's collective for sparse and quantized packets).
+    "compressed_allreduce": each worker compresses chunk j of its gradient for worker j,
+    which averages and compresses it again; ledgers on both sides (see
+    milktea.distributed.compressed_allreduce). Bytes per worker then stay flat in N.
+
     >>> simulate(Quadratic(100), workers=2, steps=40, progress=False).final("error") < 1
     True
     """
     _check(task, compressor, workers, steps, lr, batch, momentum, seed, eval_every)
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be None or one of {PROTOCOLS}, got {protocol!r}")
     from tqdm.auto import tqdm
     device = pick_device() if device is None else torch.device(device)
 
@@ -244,12 +280,16 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
     gen = torch.Generator().manual_seed(seed)
     rows = torch.arange(workers, device=device)[:, None]
 
-    exchange = _Exchange(compressor, error_feedback, workers, named, flat, per_layer)
+    if protocol == "compressed_allreduce":
+        exchange = _CompressedAllReduce(compressor, error_feedback, workers, flat)
+    else:
+        exchange = _Exchange(compressor, error_feedback, workers, named, flat, per_layer)
     scheme = exchange.scheme
     dense_bytes = flat.numel() * flat.element_size()
     hist = History(task.name, scheme, workers, dense_bytes=dense_bytes, config=dict(
         steps=steps, lr=lr, batch=batch, error_feedback=error_feedback and compressor is not None,
         momentum=momentum, seed=seed, device=str(device), task=repr(task), params=flat.numel(),
+        protocol=protocol or "allgather",
         per_layer=exchange.per_layer, compressor=repr(compressor)))
     velocity = torch.zeros_like(flat) if momentum else None
 
