@@ -152,7 +152,7 @@ class _Exchange:
     compresses each of its streams (one flat bucket, or one per parameter tensor) through
     its own sender; returns the average update and each worker's wire bytes."""
 
-    def __init__(self, compressor, error_feedback, workers, named, flat, per_layer):
+    def __init__(self, compressor, error_feedback, workers, named, flat, per_layer, batched=True):
         from .feedback import ErrorFeedback
         self.workers, self.flat = workers, flat
         ledger = isinstance(compressor, ErrorFeedback)     # a ready-made ledger (e.g. DGC)
@@ -176,11 +176,23 @@ class _Exchange:
             offset += p.numel()
         self.senders = ([[make(w, s) for s in range(len(self.streams))] for w in range(1 if self.summed else workers)]
                         if compressor is not None else None)
+        # all workers in one call where the compressor allows it (milktea.batched: bit for bit the same)
+        self.batches = [None] * len(self.streams)
+        if batched and compressor is not None and not self.summed:
+            from .batched import batch_for
+            self.batches = [batch_for([self.senders[w][s] for w in range(workers)], shape)
+                            for s, (_, shape) in enumerate(self.streams)]
 
     def __call__(self, G):
+        from .batched import supported
         W = self.workers
         update, sent = torch.empty_like(self.flat), [0] * W
         for s, (part, shape) in enumerate(self.streams):
+            if supported(G, self.batches[s]):
+                total, sizes = self.batches[s](G[:, part])
+                update[part] = total.to(self.flat.dtype) / W
+                sent = [a + b for a, b in zip(sent, sizes)]
+                continue
             g = G[:, part].reshape(W, *shape)
             if self.summed:
                 packet = self.senders[0][s].compress(g.sum(0))
@@ -223,7 +235,7 @@ PROTOCOLS = ("allgather", "compressed_allreduce")
 def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200, lr: float = 0.1,
              batch: int | None = 32, error_feedback: bool = True, momentum: float = 0.0, seed: int = 0,
              device=None, progress: bool = True, eval_every: int = 10, per_layer: bool | None = None,
-             protocol: str | None = None) -> History:
+             protocol: str | None = None, batched: bool = True) -> History:
     """Train `task` with `workers` simulated workers for `steps` SGD steps.
 
     Each step every worker draws `batch` examples from its own shard (without replacement;
@@ -247,6 +259,10 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
     "compressed_allreduce": each worker compresses chunk j of its gradient for worker j,
     which averages and compresses it again; ledgers on both sides (see
     milktea.distributed.compressed_allreduce). Bytes per worker then stay flat in N.
+
+    `batched`: compress all workers' gradients in one call where the compressor allows it
+    (Top-K, Random-K, Sign, Quantize; see milktea.batched), bit for bit what one call per
+    worker gives; False: one worker at a time.
 
     >>> simulate(Quadratic(100), workers=2, steps=40, progress=False).final("error") < 1
     True
@@ -283,7 +299,7 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
     if protocol == "compressed_allreduce":
         exchange = _CompressedAllReduce(compressor, error_feedback, workers, flat)
     else:
-        exchange = _Exchange(compressor, error_feedback, workers, named, flat, per_layer)
+        exchange = _Exchange(compressor, error_feedback, workers, named, flat, per_layer, batched)
     scheme = exchange.scheme
     dense_bytes = flat.numel() * flat.element_size()
     hist = History(task.name, scheme, workers, dense_bytes=dense_bytes, config=dict(
