@@ -235,7 +235,7 @@ PROTOCOLS = ("allgather", "compressed_allreduce")
 def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200, lr: float = 0.1,
              batch: int | None = 32, error_feedback: bool = True, momentum: float = 0.0, seed: int = 0,
              device=None, progress: bool = True, eval_every: int = 10, per_layer: bool | None = None,
-             protocol: str | None = None, batched: bool = True) -> History:
+             protocol: str | None = None, batched: bool = True, optimizer=None) -> History:
     """Train `task` with `workers` simulated workers for `steps` SGD steps.
 
     Each step every worker draws `batch` examples from its own shard (without replacement;
@@ -264,10 +264,21 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
     (Top-K, Random-K, Sign, Quantize; see milktea.batched), bit for bit what one call per
     worker gives; False: one worker at a time.
 
+    `optimizer`: instead of SGD on the averaged gradient, an optimizer that does its own
+    exchange: `milktea.onebit.OneBitAdam(...)` (Adam, then 1-bit momentum through the
+    compressed all-reduce). It takes the place of `compressor`, `lr` and `momentum`.
+
     >>> simulate(Quadratic(100), workers=2, steps=40, progress=False).final("error") < 1
     True
     """
     _check(task, compressor, workers, steps, lr, batch, momentum, seed, eval_every)
+    if optimizer is not None:
+        from .onebit import OneBitAdam
+        if not isinstance(optimizer, OneBitAdam):
+            raise TypeError(f"optimizer must be a milktea.onebit.OneBitAdam, got {type(optimizer).__name__}")
+        if compressor is not None or momentum:
+            raise ValueError("with an optimizer, leave compressor=None and momentum=0: 1-bit Adam compresses "
+                             "its own momentum (OneBitAdam(compressor=...))")
     if protocol is not None and protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be None or one of {PROTOCOLS}, got {protocol!r}")
     from tqdm.auto import tqdm
@@ -300,13 +311,14 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
         exchange = _CompressedAllReduce(compressor, error_feedback, workers, flat)
     else:
         exchange = _Exchange(compressor, error_feedback, workers, named, flat, per_layer, batched)
-    scheme = exchange.scheme
+    scheme = exchange.scheme if optimizer is None else optimizer.name
+    opt_state = optimizer.start(flat, workers) if optimizer is not None else None
     dense_bytes = flat.numel() * flat.element_size()
     hist = History(task.name, scheme, workers, dense_bytes=dense_bytes, config=dict(
         steps=steps, lr=lr, batch=batch, error_feedback=error_feedback and compressor is not None,
         momentum=momentum, seed=seed, device=str(device), task=repr(task), params=flat.numel(),
         protocol=protocol or "allgather",
-        per_layer=exchange.per_layer, compressor=repr(compressor)))
+        per_layer=exchange.per_layer, compressor=repr(compressor), optimizer=repr(optimizer)))
     velocity = torch.zeros_like(flat) if momentum else None
 
     def evaluate(step):
@@ -332,7 +344,10 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
             warnings.warn(f"{scheme}: the loss became {loss} at step {t}; stopped (try a smaller lr)")
             break
         hist.loss.append(loss)
-        if compressor is None:
+        if opt_state is not None:
+            hist.bytes_sent.append(opt_state.step(G))
+            update = None
+        elif compressor is None:
             update = G.mean(0)
             hist.bytes_sent.append([dense_bytes] * workers)
         else:
@@ -340,7 +355,8 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
             hist.bytes_sent.append(sent)
         if velocity is not None:
             update = velocity.mul_(momentum).add_(update)
-        flat.sub_(lr * update)
+        if update is not None:
+            flat.sub_(lr * update)
         if (t + 1) % eval_every == 0 or t + 1 == steps:
             evaluate(t + 1)
             if progress:
