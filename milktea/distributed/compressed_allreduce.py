@@ -93,6 +93,7 @@ class CompressedAllReduce:
         self.server = make(workers)                        # server side: this worker's chunk
         self.numel: int | None = None
         self.bounds: list[tuple[int, int]] = []
+        self.last = None          # (chunk packets, reduced packet) of the latest round
 
     def _bounds_for(self, numel: int):
         if self.numel is None:
@@ -165,7 +166,8 @@ class CompressedAllReduce:
 def simulate_round(ranks, xs):
     """One step of the protocol for all workers in one process (`ranks[i]` holds worker
     i's state, `xs[i]` its tensor); returns the average every worker receives. The
-    sent bytes are in `last_round_bytes(ranks)` afterwards."""
+    packets each worker made are in `ranks[i].last` afterwards: (its N chunk packets,
+    its reduced packet); `wire_bytes(*ranks[i].last, i)` counts them."""
     W = len(ranks)
     sent = [r.encode(x) for r, x in zip(ranks, xs)]                # sent[i][j]: i -> j
     reduced = [ranks[j].reduce([sent[i][j] for i in range(W)]) for j in range(W)]
@@ -239,4 +241,5 @@ def allreduce(state: CompressedAllReduce, x: torch.Tensor, comm, step: int = 0,
     reduced = state.reduce([Packet.from_tensor(p) for p in mine])
     parts = comm.all_gather_bytes(reduced.to_tensor(), step)
     got = [Packet.from_tensor(p) for p in parts]
+    state.last = (sent, reduced)
     return state.decode(got, out=out).view_as(x)
