@@ -199,15 +199,12 @@ def comm_time(nbytes, workers: int, link: Link, collective: str = "allreduce", s
 
 
 def collective_for(compressor) -> str:
-    """The collective that moves a compressor's packets: "allreduce" when the workers'
-    packets can be summed on the wire (no compressor, fp16/bf16 casts, PowerSGD's factors),
-    "allgather" otherwise (sparse and quantized packets differ from worker to worker)."""
-    if compressor is None:
-        return "allreduce"
-    inner = getattr(compressor, "compressor", compressor)     # unwrap ErrorFeedback
-    if getattr(inner, "summable", False) or getattr(inner, "codec", None) == "powersgd":
-        return "allreduce"
-    return "allgather"
+    """The collective that moves a compressor's packets, from the protocol it declares
+    (`compressor.protocol`): "allreduce" when the workers' packets can be summed on the wire
+    (no compressor, fp16/bf16 casts, PowerSGD's factors), "allgather" otherwise (sparse and
+    quantized packets differ from worker to worker)."""
+    from milktea.distributed import protocols
+    return protocols.get(protocols.protocol_of(compressor)).collective
 
 
 def iteration_time(compute, comm, *, overlap: bool = False, buckets: int | None = None) -> float:

@@ -167,8 +167,9 @@ class _Exchange:
                 return copy.deepcopy(compressor)
             own = compressor.fork(rank, stream)
             return ErrorFeedback(own) if error_feedback else own
-        # PowerSGD's two all-reduces sum the factors on the way: one sender on the summed gradient
-        self.summed = getattr(self.codec, "codec", None) == "powersgd"
+        # a protocol that sums on the way (PowerSGD's factors): one sender on the summed gradient
+        from .distributed import protocols
+        self.summed = compressor is not None and protocols.get(protocols.protocol_of(self.codec)).summed
         self.per_layer = self.summed if per_layer is None else bool(per_layer)
         self.streams, offset = [], 0            # (slice of the flat vector, shape) per packet
         for _, p in (named if self.per_layer else [("all", flat)]):

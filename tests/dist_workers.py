@@ -5,6 +5,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from milktea.feedback import ErrorFeedback
+
 
 def rank_sum():
     t = torch.tensor([float(dist.get_rank() + 1)])
@@ -60,11 +62,12 @@ def hooks_vs_reference(specs, steps=4, bucket_cap_mb=0.004):
     per step.
 
     Reference: every rank's local gradient is gathered; each rank's packets are recomputed
-    here with the same per-bucket sender, and averaged as compressor.aggregate(packets) / N
-    (PowerSGD: the shared-basis algorithm in float64)."""
+    here, per parameter, with the same per-parameter sender (fork(rank, stream_of(name))),
+    and averaged as compressor.aggregate(packets) / N (PowerSGD: the shared-basis algorithm
+    in float64)."""
     import copy
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from milktea.distributed import hooks, families
+    from milktea.distributed import hooks, protocols
     from milktea.compressors import PowerSGD
     rank, N = dist.get_rank(), dist.get_world_size()
     out = {}
@@ -81,8 +84,8 @@ def hooks_vs_reference(specs, steps=4, bucket_cap_mb=0.004):
             torch.nn.functional.cross_entropy(model(x), y).backward()
             ref.zero_grad()
             torch.nn.functional.cross_entropy(ref(x), y).backward()
-            local = {n: p.grad.reshape(-1) for n, p in ref.named_parameters()}
-            got = {n: p.grad.reshape(-1) for n, p in net.named_parameters()}
+            local = {n: p.grad for n, p in ref.named_parameters()}
+            got = {n: p.grad for n, p in net.named_parameters()}
             err = derr = 0.0
             if step == 0 or not state.plans:
                 for n in local:
@@ -90,39 +93,31 @@ def hooks_vs_reference(specs, steps=4, bucket_cap_mb=0.004):
                     derr = max(derr, (g - got[n]).abs().max().item())
                 dense_errs.append(derr)
                 continue
-            for index, plan in sorted(state.plans.items()):
-                names_c = [s.name for s in plan.segments if s.compress]
+            for plan in state.plans.values():
                 for s in plan.segments:
+                    every = _all_gather(local[s.name])
                     if not s.compress:
-                        g = torch.stack(_all_gather(local[s.name])).mean(0)
+                        g = torch.stack(every).mean(0)
                         derr = max(derr, (g - got[s.name]).abs().max().item())
-                if not names_c:
-                    continue
-                if isinstance(comp, PowerSGD):
-                    for s in plan.segments:
-                        if not s.compress:
-                            continue
-                        every = [t.view(s.shape[0], -1) for t in _all_gather(local[s.name])]
-                        key = (index, s.name)
-                        Q, res = ps_state.get(key, (None, [None] * N))
+                    elif isinstance(comp, PowerSGD):
+                        every = [t.view(s.shape[0], -1) for t in every]
+                        Q, res = ps_state.get(s.name, (None, [None] * N))
                         if Q is None:
                             r = min(comp.rank, *every[0].shape)
                             Q = torch.randn(every[0].shape[1], r,
                                             generator=torch.Generator().manual_seed(comp.seed)).double()
                         approx, Qn, res2 = _powersgd_reference(every, Q, res if ef else [None] * N, comp.rank, N)
-                        ps_state[key] = (Qn if comp.warm_start else None, res2 if ef else [None] * N)
-                        err = max(err, (approx.reshape(-1).float() - got[s.name]).abs().max().item())
-                    continue
-                mine = torch.cat([local[n] for n in names_c])
-                every = _all_gather(mine)
-                packets = []
-                for r in range(N):
-                    if (r, index) not in senders:
-                        senders[(r, index)] = families.make_sender(comp, ef, r, index)
-                    packets.append(senders[(r, index)].compress(every[r]))
-                expected = comp.aggregate(packets).reshape(-1) / N
-                hook_avg = torch.cat([got[n] for n in names_c])
-                err = max(err, (expected - hook_avg).abs().max().item())
+                        ps_state[s.name] = (Qn if comp.warm_start else None, res2 if ef else [None] * N)
+                        err = max(err, (approx.reshape(s.shape).float() - got[s.name]).abs().max().item())
+                    else:
+                        packets = []
+                        for r in range(N):
+                            if (r, s.name) not in senders:
+                                c = comp.fork(r, protocols.stream_of(s.name))
+                                senders[(r, s.name)] = ErrorFeedback(c) if ef else c
+                            packets.append(senders[(r, s.name)].compress(every[r]))
+                        expected = comp.aggregate(packets) / N
+                        err = max(err, (expected - got[s.name]).abs().max().item())
             errs.append(err)
             dense_errs.append(derr)
         last = state.stats.last
@@ -152,8 +147,8 @@ def state_round_trips(comps, ef=True):
 
 
 def state_round_trip(comp, ef):
-    """Grads of step B from the original hook vs from a fresh DDP whose hook loaded the
-    original's state_dict (after one dense settling step of its own)."""
+    """Grads of step 3 from the original hook vs from a fresh DDP (other buckets) whose hook
+    loaded the original's state_dict, and vs a fresh hook that loaded nothing."""
     import copy
     from torch.nn.parallel import DistributedDataParallel as DDP
     from milktea.distributed import hooks
@@ -165,26 +160,21 @@ def state_round_trip(comp, ef):
         _step(model, rank, step)
     saved = state.state_dict()
     net2 = copy.deepcopy(net)
-    model2 = DDP(net2, bucket_cap_mb=0.004)
+    model2 = DDP(net2, bucket_cap_mb=0.01)    # other buckets: the state is keyed by parameter
     state2 = hooks.compress(model2, comp, error_feedback=ef, min_size=0)
     state2.load_state_dict(saved)
-    _step(model2, rank, 99)                  # dense: the new DDP settles its buckets
-    after_dense = state2.stats.last.compressed
     original = _step(model, rank, 3)
     restored = _step(model2, rank, 3)
-    fresh_net = copy.deepcopy(net)
-    fresh = DDP(fresh_net, bucket_cap_mb=0.004)
-    fstate = hooks.compress(fresh, comp, error_feedback=ef, min_size=0, start_step=1)
-    _step(fresh, rank, 99)
+    compressed_at_once = state2.stats.last.compressed
+    fresh = DDP(copy.deepcopy(net), bucket_cap_mb=0.004)
+    fstate = hooks.compress(fresh, comp, error_feedback=ef, min_size=0, start_step=0)
     unrestored = _step(fresh, rank, 3)
-    residual_norm = sum(float(v["sender"]["residual"].norm()) if "sender" in v else
-                        sum(float(r.norm()) for r in v["residuals"] if r is not None)
-                        for v in saved["buckets"].values())
+    residual_norm = sum(float(r.norm()) for r in saved["params"]["residuals"].values())
     for s in (state, state2, fstate):
         s.close()
     return {"max_diff": (original - restored).abs().max().item(), "step": saved["step"],
             "unrestored_diff": (original - unrestored).abs().max().item(), "residual_norm": residual_norm,
-            "dense_while_settling": not after_dense}
+            "compressed_at_once": compressed_at_once}
 
 
 def start_step_check(start_step):
@@ -275,3 +265,194 @@ def shaped_allreduce(nbytes):
     link = calibrate_link((4096, 1 << 18, 1 << 20), repeats=2)
     return {"seconds": seconds, "nbytes": nbytes, "sum": float(t[0]), "link": repr(link),
             "addr": os.environ["MASTER_ADDR"]}
+
+
+# --- the hook beside other collectives, re-bucketing, unused parameters, no_sync -------------
+class Branchy(torch.nn.Module):
+    """`a` is used only when asked (on some ranks, some steps); `b` is never used."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.head, self.a = torch.nn.Linear(20, 64), torch.nn.Linear(64, 64)
+        self.b, self.out = torch.nn.Linear(64, 64), torch.nn.Linear(64, 10)
+
+    def forward(self, x, use_a=True, mid=None):
+        h = torch.relu(self.head(x))
+        if use_a:
+            h = h + torch.relu(self.a(h))
+        if mid is not None:
+            h = mid(h)
+        return self.out(h)
+
+
+class AllReduceInBackward(torch.autograd.Function):
+    """Identity forward; its backward runs the user's own all-reduce on the default group
+    while the hook's buckets are in flight (as SyncBatchNorm does)."""
+    seen = []
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        t = torch.full((4096,), float(dist.get_rank() + 1))
+        dist.all_reduce(t)
+        AllReduceInBackward.seen.append(float(t[0]))
+        return g
+
+
+def _scenario_steps(kind, rank, step):
+    """(forward keyword arguments per micro-step) for one step of a scenario."""
+    if kind == "find_unused":    # `a`: used on some ranks; on no rank at every third step
+        return [dict(use_a=step % 3 != 2 and (step + rank) % 2 == 0)]
+    if kind == "user_allreduce":
+        return [dict(mid=AllReduceInBackward.apply)]
+    if kind == "no_sync":        # two micro-batches accumulated, the second one synchronised
+        return [dict(use_a=rank == 0), dict(use_a=True)]
+    return [dict()]
+
+
+def scenario(kind, specs, steps=6):
+    """For each (label, compressor, error feedback): train `steps` steps of `kind` and check
+    the ledger invariant per parameter, relative to the gradients' size:
+
+        sum over steps of the averaged gradient DDP applied (None: 0)
+          + mean over ranks of the hook's ledger (AllReduce's ledgers hold gradient / N)
+        == mean over ranks of the sum of every gradient the rank computed
+
+    Dense (compressor None): the applied gradient must be the exact mean at every step."""
+    import copy
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from milktea.distributed import hooks, protocols
+    rank, N = dist.get_rank(), dist.get_world_size()
+    out = {}
+    for label, comp, ef in specs:
+        AllReduceInBackward.seen.clear()
+        if kind == "two_models":   # a GAN step: generator and discriminator, one backward
+            nets = {"g": torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 20)),
+                    "d": _net()}
+        else:
+            nets = {"m": Branchy()}
+        refs = {k: copy.deepcopy(n) for k, n in nets.items()}
+        opts = dict(bucket_cap_mb=0.004, find_unused_parameters=kind not in ("two_models", "static_graph"),
+                    static_graph=kind == "static_graph")
+        models = {k: DDP(n, **opts) for k, n in nets.items()}
+        states = {k: hooks.compress(m, comp, error_feedback=ef, min_size=0, start_step=0)
+                  for k, m in models.items()}
+        names = [(k, n) for k, net in nets.items() for n, _ in net.named_parameters()]
+        applied = {kn: 0.0 for kn in names}
+        local = {kn: 0.0 for kn in names}
+        dense_err = 0.0
+        for step in range(steps):
+            for ms in (models, refs):
+                for m in ms.values():
+                    m.zero_grad(set_to_none=True)
+            micro = _scenario_steps(kind, rank, step)
+            for i, kw in enumerate(micro):
+                g = torch.Generator().manual_seed(100 * step + 10 * rank + i)
+                x, y = torch.randn(8, 20, generator=g), torch.randint(0, 10, (8,), generator=g)
+                z = torch.randn(8, 8, generator=g)
+                for ms in (models, refs):
+                    sync = ms is refs or i == len(micro) - 1
+                    ctx = ms["m"].no_sync() if not sync else _nullcontext()
+                    with ctx:
+                        if kind == "two_models":
+                            loss = torch.nn.functional.cross_entropy(ms["d"](ms["g"](z)), y)
+                        else:
+                            loss = torch.nn.functional.cross_entropy(ms["m"](x, **kw), y)
+                        loss.backward()
+            for k, n in names:
+                got = dict(nets[k].named_parameters())[n].grad
+                mine = dict(refs[k].named_parameters())[n].grad
+                mine = torch.zeros_like(dict(refs[k].named_parameters())[n]) if mine is None else mine
+                applied[(k, n)] = applied[(k, n)] + (0.0 if got is None else got)
+                local[(k, n)] = local[(k, n)] + mine
+                if comp is None and got is not None:
+                    mean = torch.stack(_all_gather(mine)).mean(0)
+                    dense_err = max(dense_err, (got - mean).abs().max().item())
+        worst = 0.0
+        for k, n in names:
+            p = dict(nets[k].named_parameters())[n]
+            proto = states[k].protocol
+            res = proto.residuals.get(n) if proto is not None else None
+            res = torch.zeros_like(p) if res is None else res.view_as(p)
+            unit = N if states[k].protocol_name == "allreduce" else 1
+            lhs = applied[(k, n)] + unit * torch.stack(_all_gather(res)).mean(0)
+            rhs = torch.stack(_all_gather(local[(k, n)] + torch.zeros_like(p))).mean(0)
+            scale = max(rhs.abs().max().item(), 1e-12)
+            worst = max(worst, (lhs - rhs).abs().max().item() / scale)
+        stats = [s.stats for s in states.values()]
+        out[label] = {"rel_err": worst, "dense_err": dense_err,
+                      "compressed": all(s.history[-1].compressed for s in stats) if comp is not None else None,
+                      "user_allreduce": sorted(set(AllReduceInBackward.seen)),
+                      "plans": sum(len(s.plans) for s in states.values()),
+                      "buckets": sum(s.history[-1].buckets for s in stats)}
+        for s in states.values():
+            s.close()
+            s.close()        # idempotent
+    return out
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+# --- restarting into new processes ----------------------------------------------------------
+def restart_phase(specs, phase, path, steps=6, stop=3, min_size=1024):
+    """phase "full": train `steps` steps; "first": train `stop` steps and save a checkpoint per
+    spec; "second" (new processes): load it and train the remaining steps. Returns, per
+    label, the gradients DDP applied in the steps after `stop` and the final weights."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    import milktea.ddp
+    rank = dist.get_rank()
+    out = {}
+    for label, comp, ef in specs:
+        net = _net()
+        model = DDP(net, bucket_cap_mb=0.004)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        state = milktea.ddp.compress(model, comp, error_feedback=ef, min_size=min_size)
+        where = os.path.join(path, label)
+        first = 0
+        if phase == "second":
+            milktea.ddp.load_checkpoint(where, model, opt, state)
+            first = stop
+        grads = []
+        for step in range(first, stop if phase == "first" else steps):
+            g = _step(model, rank, step)
+            opt.step()
+            if step >= stop:
+                grads.append(g)
+        if phase == "first":
+            milktea.ddp.save_checkpoint(where, model, opt, state)
+        out[label] = {"grads": grads, "weights": torch.cat([p.detach().reshape(-1) for p in net.parameters()]),
+                      "compressed": state.stats.last.compressed}
+        state.close()
+    return out
+
+
+def load_refusals(path):
+    """Another rank's hook state, and a checkpoint of another world size: both refused."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    import milktea.ddp
+    from milktea import TopK
+    model = DDP(_net())
+    state = milktea.ddp.compress(model, TopK(0.1), error_feedback=True)
+    _step(model, dist.get_rank(), 0)
+    errors = {}
+    other = state.state_dict()
+    other["rank"] = (other["rank"] + 1) % dist.get_world_size()
+    for what, fn in (("rank", lambda: state.load_state_dict(other)),
+                     ("world", lambda: milktea.ddp.load_checkpoint(path, model, None, state))):
+        try:
+            fn()
+            errors[what] = None
+        except ValueError as e:
+            errors[what] = str(e)
+    state.close()
+    return errors

@@ -7,7 +7,7 @@ import pytest
 MODULES = ["milktea", "milktea.packet", "milktea.bits", "milktea.index", "milktea.feedback",
            "milktea.compressors.base", "milktea.compressors.sparse", "milktea.compressors.quantize",
            "milktea.compressors.sign", "milktea.compressors.cast", "milktea.compressors.powersgd",
-           "milktea.compressors.chain", "milktea.cost", "milktea.tasks"]
+           "milktea.compressors.chain", "milktea.cost", "milktea.tasks", "milktea.distributed.protocols"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -52,6 +52,7 @@ class Compressor:
     function of the packet alone (see :func:`milktea.packet.decode`).
     """
     codec = "dense"
+    protocol = "allgather"   # how packets cross the wire: see milktea.distributed.protocols
     #: True for compressors whose packets have a fixed support, so a collective can sum
     #: them directly (all-reduce) instead of gathering every worker's packet.
     summable = False
@@ -125,6 +126,7 @@ class Identity(Compressor):
     True
     """
     codec = "dense"
+    protocol = "allreduce"
     summable = True
 
     @property

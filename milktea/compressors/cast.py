@@ -21,6 +21,7 @@ class Cast(Compressor):
     True
     """
     codec = "cast"
+    protocol = "allreduce"
     summable = True
 
     def __init__(self, dtype: torch.dtype = torch.float16, nonfinite: str = "raise"):

@@ -26,6 +26,7 @@ class Chain(Compressor):
     True
     """
     codec = "chain"
+    protocol = "allgather"
     biased = True
 
     def __init__(self, first: Sparsifier, second: Compressor):

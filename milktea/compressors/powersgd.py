@@ -38,6 +38,7 @@ class PowerSGD(Compressor):
     True
     """
     codec = "powersgd"
+    protocol = "lowrank"
     biased = True
 
     def __init__(self, rank: int = 1, warm_start: bool = True, seed: int = 0, nonfinite: str = "raise"):

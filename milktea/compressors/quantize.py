@@ -43,6 +43,7 @@ class Quantize(Compressor):
     stochastic: unbiased stochastic rounding instead of round-to-nearest.
     """
     codec = "quant"
+    protocol = "allgather"
 
     def __init__(self, bits: int = 8, chunk: int | None = 1024, stochastic: bool = False,
                  seed: int = 0, nonfinite: str = "raise"):
@@ -124,6 +125,7 @@ class QSGD(Compressor):
     (4, 4)
     """
     codec = "qsgd"
+    protocol = "allgather"
     ord = 2.0
     stochastic = True
 
@@ -162,6 +164,7 @@ class TernGrad(QSGD):
     True
     """
     codec = "terngrad"
+    protocol = "allgather"
     ord = float("inf")
 
     def __init__(self, chunk: int | None = None, seed: int = 0, nonfinite: str = "raise"):

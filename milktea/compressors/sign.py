@@ -19,6 +19,7 @@ class Sign(Compressor):
     tensor([ 2., -2.,  2., -2.])
     """
     codec = "sign"
+    protocol = "allgather"
     biased = True
 
     @property

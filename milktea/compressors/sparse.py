@@ -96,6 +96,7 @@ class TopK(Sparsifier):
     index: "auto" (the smallest of int32/delta8/varint/bitmap for this packet) or one of them.
     """
     codec = "topk"
+    protocol = "allgather"
 
     def __init__(self, ratio=None, *, k=None, approximate=False, tolerance=0.05, index="auto",
                  seed=0, nonfinite="raise"):
@@ -187,6 +188,7 @@ class RandomK(Sparsifier):
     2
     """
     codec = "randomk"
+    protocol = "allgather"
 
     def __init__(self, ratio=None, *, k=None, seed=0, nonfinite="raise"):
         super().__init__(ratio, k=k, nonfinite=nonfinite)

@@ -39,7 +39,7 @@ def _warm_up(names, cfg) -> None:
         if name in schemes.MILKTEA:
             c = schemes.MILKTEA[name][1](cfg.ratio, cfg.powersgd_rank)
             if c is not None:
-                p = c.compress(x.view(1024, 1024) if name == "powersgd" else x)
+                p = c.compress(x.view(1024, 1024))    # a matrix: every protocol takes one
                 c.aggregate([p, p])
 
 

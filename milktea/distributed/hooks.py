@@ -4,30 +4,39 @@
     state = milktea.ddp.compress(model, TopK(ratio=0.01), error_feedback=True)
     ... train as usual ...
     state.stats.last                 # bytes, ratio, time in compress / communicate / decode
-    torch.save({"model": net.state_dict(), "hook": state.state_dict()}, "ckpt.pt")
+    milktea.ddp.save_checkpoint("ckpt", model, optimizer, state)   # one file per rank
 
-DDP calls the hook once per gradient bucket as soon as that bucket is ready, so
-compression overlaps the rest of the backward pass. The hook hands the bucket to one
-communication thread per process, which runs the buckets strictly in order: every rank
-then issues the same collectives in the same order (chained collectives issued from
-callbacks could interleave differently on different ranks), and the link is used one
-collective at a time, as a real wire is.
+DDP calls the hook once per gradient bucket as soon as that bucket is ready. The hook
+hands the bucket to one communication thread per hooked model, which runs the buckets in
+order on a process group of its own (created by `compress`, on every rank, in the same
+order): its collectives can never interleave with DDP's, another model's, SyncBatchNorm's
+or the user's, and compression overlaps the rest of the backward pass.
+
+Each parameter is compressed on its own (as the simulator's `per_layer=True` and most
+papers do), by the strategy its compressor declares (`compressor.protocol`, see
+`milktea.distributed.protocols`), with its ledger and random stream keyed by its name:
+bucketing (DDP's rebuild after the first step, static_graph's after the second,
+bucket_cap_mb, a restored checkpoint) never loses or misplaces them.
 """
 from __future__ import annotations
 
-import copy
+import atexit
 import fnmatch
 import queue
 import threading
-from dataclasses import dataclass, field
+import weakref
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
+import torch.distributed as dist
 
-from milktea.distributed import families
+from milktea.distributed import protocols
 from milktea.distributed.comm import Comm
 from milktea.distributed.link import EmulatedLink
 from milktea.distributed.stats import StatsLog
+
+STATE_FORMAT = 2
 
 
 @dataclass
@@ -42,23 +51,20 @@ class Segment:
 
 @dataclass
 class BucketPlan:
-    """How one bucket is sent: which slices are compressed, and their per-bucket state."""
-    index: int
-    numel: int
+    """How one bucket is sent: which slices are compressed (keyed by the bucket's names, in order)."""
     segments: list[Segment]
-    family: str
-    sender: object = None                       # compressor or ErrorFeedback (gather/cast families)
-    powersgd: list = field(default_factory=list)   # one PowerSGD per compressed matrix
-    residuals: list = field(default_factory=list)  # PowerSGD error feedback, one per matrix
-    decision: str | None = None                 # "compress" / "dense" (auto policy)
+    decision: str | None = None      # "compress" / "dense" (auto policy)
 
     @property
-    def names(self) -> list[str]:
-        return [s.name for s in self.segments]
+    def names(self) -> tuple:
+        return tuple(s.name for s in self.segments)
 
-    @property
-    def all_compressed(self) -> bool:
-        return all(s.compress for s in self.segments)
+    def items(self, buf, used) -> list[protocols.Item]:
+        return [protocols.Item(s.name, buf.narrow(0, s.offset, s.numel).view(s.shape), s.name in used)
+                for s in self.segments if s.compress]
+
+    def dense_views(self, buf) -> list[torch.Tensor]:
+        return [buf.narrow(0, s.offset, s.numel) for s in self.segments if not s.compress]
 
 
 def _check_int(name, v, low):
@@ -67,6 +73,15 @@ def _check_int(name, v, low):
     if v < low:
         raise ValueError(f"{name} must be >= {low}, got {v}")
     return v
+
+
+_LIVE: "weakref.WeakSet[CompressionState]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:   # no communication thread outlives the interpreter's own teardown
+    for state in list(_LIVE):
+        state.close()
 
 
 class CompressionState:
@@ -80,10 +95,10 @@ class CompressionState:
         if not isinstance(model, DDP):
             raise TypeError(f"model must be a torch DistributedDataParallel model, got {type(model).__name__}; "
                             "wrap it first: model = DDP(model)")
-        if compressor is not None and not all(hasattr(compressor, m) for m in ("compress", "decompress", "aggregate")):
+        if compressor is not None and not all(hasattr(compressor, m) for m in ("compress", "decompress", "fork")):
             raise TypeError(f"compressor must be a milktea compressor (e.g. TopK(ratio=0.01)), got "
                             f"{type(compressor).__name__}")
-        self.start_step = _check_int("start_step", start_step, 1)
+        self.start_step = _check_int("start_step", start_step, 0)
         self.min_size = _check_int("min_size", min_size, 0)
         if policy not in ("always", "auto"):
             raise ValueError(f"policy must be 'always' or 'auto', not {policy!r}")
@@ -95,66 +110,74 @@ class CompressionState:
         else:
             raise TypeError("dense must be a list of name patterns (e.g. ['*.bias', '*norm*']) or a "
                             f"function name -> bool, got {type(dense).__name__}")
-        self.compressor, self.error_feedback, self.policy = compressor, bool(error_feedback), policy
-        self.family = families.family_of(compressor)
         if policy == "auto" and model_link is None and link is None:
             raise ValueError("policy='auto' needs a link model: pass model_link=calibrate_link(...) "
                              "(or link=EmulatedLink(...))")
+        self.compressor, self.error_feedback, self.policy = compressor, bool(error_feedback), policy
         self.model_link = model_link if model_link is not None else (link.link if link else None)
+        if group is None:   # a group of our own: collective, every rank calls compress() in the same order
+            group = dist.new_group(dist.get_process_group_ranks(model.process_group))
+            self._own_group = group
+        else:
+            self._own_group = None
         self.stats = StatsLog(keep=keep_stats)
         self.comm = Comm(group, link, self.stats)
-        self.world = self.comm.world
-        self.step = 0            # backward passes so far (saved and restored)
-        self._ddp_steps = 0      # backward passes of this DDP object (buckets settle after the first)
-        self.plans: dict[int, BucketPlan] = {}
-        self.decisions: dict[int, dict] = {}   # the auto policy's reasons, per bucket
-        self._pending: dict[int, dict] = {}
-        self._names = {id(p): n for n, p in model.module.named_parameters()}
-        self._device = next(model.module.parameters()).device
+        self.world, self.rank = self.comm.world, self.comm.rank
+        self.protocol_name = protocols.protocol_of(compressor)
+        self.protocol = (protocols.get(self.protocol_name)(compressor, error_feedback, self.rank, self.world)
+                         if compressor is not None else None)
+        self.step = 0                                   # synchronised backward passes (saved)
+        self.plans: dict[tuple, BucketPlan] = {}        # keyed by the bucket's parameter names
+        self.decisions: dict[tuple, dict] = {}          # the auto policy's reasons, per bucket
+        named = list(model.module.named_parameters())
+        self._names = {id(p): n for n, p in named}
+        self._device = named[0][1].device
+        # which parameters got a gradient since the last synchronised step (no_sync accumulates)
+        self._used: set[str] = set()
+        self._grad_hooks = [p.register_post_accumulate_grad_hook(self._mark_used(n))
+                            for n, p in named if p.requires_grad]
         self._error: BaseException | None = None
+        self._closed = False
         self._jobs: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="milktea-comm", daemon=True)
         self._thread.start()
+        _LIVE.add(self)
 
-    # --- the hook -------------------------------------------------------------------------
+    def _mark_used(self, name):
+        def mark(_):
+            self._used.add(name)
+        return mark
+
+    # --- the hook (DDP's thread) -----------------------------------------------------------
     def _plan(self, bucket) -> BucketPlan:
         segments, offset = [], 0
         for p in bucket.parameters():
-            name = self._names.get(id(p), f"param{offset}")
-            ok = p.numel() >= self.min_size and not self._dense_name(name)
-            if self.family == "powersgd":
-                ok = ok and p.dim() >= 2
+            name = self._names[id(p)]
+            ok = (p.numel() >= self.min_size and not self._dense_name(name)
+                  and self.protocol.accepts(tuple(p.shape)))
             segments.append(Segment(name, offset, p.numel(), tuple(p.shape), ok))
             offset += p.numel()
-        plan = BucketPlan(bucket.index(), offset, segments, self.family)
-        families.init_plan(self, plan)
-        saved = self._pending.pop(plan.index, None)
-        if saved is not None:
-            if saved["names"] != plan.names:
-                raise ValueError(f"saved hook state for bucket {plan.index} holds {saved['names'][:3]}..., "
-                                 f"this model's bucket holds {plan.names[:3]}...: load it into the same model "
-                                 "with the same bucket_cap_mb")
-            families.load_plan(self, plan, saved)
-        return plan
+        return BucketPlan(segments)
 
     def hook(self, bucket) -> torch.futures.Future:
-        buf, index, last = bucket.buffer(), bucket.index(), bucket.is_last()
-        step = self.step
-        plan = None
-        if self.family != "dense" and self._ddp_steps >= 1 and step >= self.start_step:
-            plan = self.plans.get(index)
-            if plan is None or plan.numel != buf.numel():
-                plan = self.plans[index] = self._plan(bucket)
+        buf, last = bucket.buffer(), bucket.is_last()
+        step, plan, used = self.step, None, ()
+        if self.protocol is not None and step >= self.start_step:
+            key = tuple(self._names[id(p)] for p in bucket.parameters())
+            plan = self.plans.get(key)
+            if plan is None:
+                plan = self.plans[key] = self._plan(bucket)
+            used = {s.name for s in plan.segments if s.name in self._used}
         cuda = buf.device.type == "cuda"
         fut = torch.futures.Future(devices=[buf.device] if cuda else None)
         ready = None
         if cuda:
             ready = torch.cuda.Event()
             ready.record()
-        self._jobs.put((fut, buf, plan, step, last, ready))
+        self._jobs.put((fut, buf, plan, step, last, used, ready))
         if last:
             self.step += 1
-            self._ddp_steps += 1
+            self._used.clear()
         return fut
 
     # --- the communication thread ----------------------------------------------------------
@@ -165,28 +188,56 @@ class CompressionState:
             job = self._jobs.get()
             if job is None:
                 return
-            fut, buf, plan, step, last, ready = job
+            if isinstance(job, _Barrier):
+                job.event.set()
+                continue
+            fut, buf, plan, step, last, used, ready = job
             if self._error is not None:  # collectives are out of step: refuse everything after
                 fut.set_exception(RuntimeError(f"an earlier bucket failed: {self._error}"))
                 continue
             try:
                 if ready is not None:
                     torch.cuda.current_stream().wait_event(ready)
-                self.stats.add(step, dense_bytes=buf.numel() * buf.element_size(), buckets=1)
-                if plan is None or families.decide(self, plan, buf, step) == "dense":
-                    families.run_dense(self, buf, step)
-                else:
-                    self.stats.add(step, compressed=True)
-                    families.RUN[plan.family](self, plan, buf, step)
+                self._send(buf, plan, step, used)
                 if last:
                     self.stats.close_step()
                 fut.set_result(buf)
             except BaseException as e:  # noqa: BLE001 - handed to DDP, raised in backward()
                 self._error = e   # the original exception, for callers who want its type
-                index = plan.index if plan is not None else "?"
                 fut.set_exception(RuntimeError(
-                    f"milktea hook on rank {self.comm.rank}, step {step}, bucket {index}: "
-                    f"{type(e).__name__}: {e}"))
+                    f"milktea hook on rank {self.rank}, step {step}: {type(e).__name__}: {e}"))
+
+    def _send(self, buf, plan, step, used) -> None:
+        """Average one bucket over the ranks, in place."""
+        self.stats.add(step, dense_bytes=buf.numel() * buf.element_size(), buckets=1)
+        if plan is None or self._decide(plan, buf, step) == "dense":
+            self._all_reduce_mean(buf, step)
+            return
+        self.stats.add(step, compressed=True)
+        dense = plan.dense_views(buf)
+        if dense:      # small parameters, and those named in `dense`: one all-reduce
+            flat = dense[0] if len(dense) == 1 else torch.cat(dense)
+            self._all_reduce_mean(flat, step)
+            if len(dense) > 1:
+                for v, part in zip(dense, torch.split(flat, [v.numel() for v in dense])):
+                    v.copy_(part)
+        items = plan.items(buf, used)
+        if items:
+            self.protocol.run(self.comm, items, step)
+
+    def _all_reduce_mean(self, flat, step) -> None:
+        flat.div_(self.world)
+        self.comm.all_reduce(flat, step)
+        self.stats.add(step, payload_bytes=flat.numel() * flat.element_size())
+
+    def _decide(self, plan, buf, step) -> str:
+        """"compress" or "dense" for this bucket (always "compress" unless policy="auto")."""
+        if self.policy != "auto":
+            return "compress"
+        if plan.decision is None:
+            from milktea.distributed.policy import decide_bucket
+            plan.decision = decide_bucket(self, plan, buf, step)
+        return plan.decision
 
     @property
     def error(self) -> BaseException | None:
@@ -194,34 +245,69 @@ class CompressionState:
         return self._error
 
     def close(self) -> None:
-        """Stop the communication thread (the model then needs a new hook)."""
+        """Stop and join the communication thread, release the hook's process group and
+        gradient hooks (the model then needs a new hook). Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
         self._jobs.put(None)
-        self._thread.join(timeout=10)
+        self._thread.join()
+        for h in self._grad_hooks:
+            h.remove()
+        if self._own_group is not None and dist.is_initialized():
+            try:
+                dist.destroy_process_group(self._own_group)
+            except (RuntimeError, ValueError):   # already gone with the default group
+                pass
+        _LIVE.discard(self)
 
     # --- saving and restoring --------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Step counter and every bucket's ledger (residuals) and compressor state."""
-        out = {"step": self.step, "buckets": {}}
-        for i, plan in self.plans.items():
-            out["buckets"][i] = {"names": plan.names, **families.save_plan(self, plan)}
-        for i, saved in self._pending.items():  # loaded but not used yet: keep it
-            out["buckets"].setdefault(i, saved)
-        return copy.deepcopy(out)
+        """Everything needed to resume bit for bit: the step, and per parameter name its
+        ledger, compressor state and random generators. Records this rank and world size."""
+        self._drain()
+        return {"format": STATE_FORMAT, "rank": self.rank, "world": self.world, "step": self.step,
+                "protocol": self.protocol_name, "compressor": repr(self.compressor),
+                "error_feedback": self.error_feedback,
+                "params": self.protocol.state_dict() if self.protocol is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore what `state_dict()` returned. Buckets pick up their state the first
-        time they are compressed (after DDP has settled its buckets)."""
-        if not isinstance(state, dict) or "step" not in state or "buckets" not in state:
-            raise ValueError("load_state_dict expects what CompressionState.state_dict() returned")
+        """Restore what `state_dict()` returned on the same rank of a run of the same size."""
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise ValueError("load_state_dict expects what CompressionState.state_dict() returned "
+                             f"(format {STATE_FORMAT})")
+        if state["rank"] != self.rank or state["world"] != self.world:
+            raise ValueError(f"this hook state was saved by rank {state['rank']} of {state['world']}; this is "
+                             f"rank {self.rank} of {self.world}. Each rank loads its own file: use "
+                             "milktea.ddp.save_checkpoint / load_checkpoint")
+        if state["protocol"] != self.protocol_name or state["error_feedback"] != self.error_feedback:
+            raise ValueError(f"this hook state is for {state['compressor']} (error_feedback="
+                             f"{state['error_feedback']}); this hook runs {self.compressor!r} "
+                             f"(error_feedback={self.error_feedback})")
+        self._drain()
         self.step = int(state["step"])
-        self.plans.clear()
-        self._pending = copy.deepcopy(dict(state["buckets"]))
+        self._used.clear()
+        if self.protocol is not None:
+            self.protocol.load_state_dict(state["params"], device=self._device)
+
+    def _drain(self) -> None:
+        """Wait until the communication thread has finished every bucket handed to it."""
+        if self._closed or not self._thread.is_alive():
+            return
+        done = threading.Event()
+        self._jobs.put(_Barrier(done))
+        done.wait()
 
     def __repr__(self) -> str:
         link = f", link={self.comm.link!r}" if self.comm.link is not None else ""
         return (f"CompressionState({self.compressor!r}, error_feedback={self.error_feedback}, "
-                f"family={self.family}, policy={self.policy}, step={self.step}, world={self.world}"
-                f"{link}, {len(self.plans)} buckets planned)")
+                f"protocol={self.protocol_name}, policy={self.policy}, step={self.step}, "
+                f"rank={self.rank}/{self.world}{link}, {len(self.plans)} buckets planned)")
+
+
+class _Barrier:
+    def __init__(self, event):
+        self.event = event
 
 
 def _hook(state, bucket):  # no annotations: DDP checks them, and they are strings here
@@ -231,16 +317,16 @@ def _hook(state, bucket):  # no annotations: DDP checks them, and they are strin
 def compress(model, compressor=None, error_feedback: bool = False, **options) -> CompressionState:
     """Register `compressor` on DDP `model` as a communication hook; return its state.
 
+    Call it on every rank, in the same order (it creates the hook's own process group).
     compressor=None sends the gradient dense (all-reduce), through the same code path.
     Options: min_size (params with fewer elements stay dense, default 1024), dense (name
-    patterns or a function: these stay dense), start_step (dense before it; >= 1 since
-    DDP rebuilds its buckets after the first step), link (an EmulatedLink), group,
-    policy ("always", or "auto": compress a bucket only where the model_link cost model
-    says it pays), keep_stats (how many steps of statistics to keep).
+    patterns or a function: these stay dense), start_step (dense before it, default 1),
+    link (an EmulatedLink), group (a process group to use instead of a new one), policy
+    ("always", or "auto": compress a bucket only where the model_link cost model says it
+    pays), keep_stats (how many steps of statistics to keep).
 
     >>> state = compress(ddp_model, TopK(ratio=0.01), error_feedback=True)  # doctest: +SKIP
     """
     state = CompressionState(model, compressor, error_feedback=error_feedback, **options)
     model.register_comm_hook(state, _hook)
     return state
-
