@@ -308,6 +308,9 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
     gen = torch.Generator().manual_seed(seed)
     rows = torch.arange(workers, device=device)[:, None]
 
+    if protocol is None and compressor is not None and optimizer is None:
+        from .distributed import protocols    # what the compressor declares (use_compressed_allreduce)
+        protocol = "compressed_allreduce" if protocols.protocol_of(compressor) == "compressed_allreduce" else None
     if protocol == "compressed_allreduce":
         exchange = _CompressedAllReduce(compressor, error_feedback, workers, flat)
     else:

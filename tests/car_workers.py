@@ -44,3 +44,52 @@ def _same(t):
     ts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
     dist.all_gather(ts, t)
     return all(torch.equal(ts[0], u) for u in ts)
+
+
+def _net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 48),
+                               torch.nn.ReLU(), torch.nn.Linear(48, 10))
+
+
+def hook_vs_one_process(codecs, steps=4):
+    """The DDP hook with protocol "compressed_allreduce": per step and parameter, the hooked
+    average beside the same protocol run in this process on the gathered gradients."""
+    import copy
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from milktea.ddp import compress
+    from milktea.distributed import protocols
+    from milktea.distributed.compressed_allreduce import (CompressedAllReduce, simulate_round,
+                                                          use_compressed_allreduce)
+    rank, N = dist.get_rank(), dist.get_world_size()
+    out = {}
+    for label, comp in codecs:
+        net = _net()
+        ref = copy.deepcopy(net)
+        model = DDP(net, bucket_cap_mb=0.004)
+        state = compress(model, use_compressed_allreduce(comp), error_feedback=True, min_size=100)
+        every, errs, compressed = {}, [], set()
+        for step in range(steps):
+            g = torch.Generator().manual_seed(1000 * step + rank)
+            x, y = torch.randn(8, 20, generator=g), torch.randint(0, 10, (8,), generator=g)
+            for m in (model, ref):
+                m.zero_grad()
+                torch.nn.functional.cross_entropy(m(x), y).backward()
+            names = {s.name for plan in state.plans.values() for s in plan.segments if s.compress}
+            err = 0.0
+            for (name, p), (_, q) in zip(net.named_parameters(), ref.named_parameters()):
+                if name not in names or step < state.start_step:
+                    continue
+                compressed.add(name)
+                gs = [torch.empty_like(q.grad) for _ in range(N)]
+                dist.all_gather(gs, q.grad.contiguous())
+                cars = every.setdefault(name, [CompressedAllReduce(comp, r, N, error_feedback=True,
+                                                                   stream=protocols.stream_of(name))
+                                               for r in range(N)])
+                want = simulate_round(cars, [t.reshape(-1) for t in gs]).view_as(p.grad)
+                err = max(err, (p.grad - want).abs().max().item())
+            errs.append(err)
+        out[label] = dict(errs=errs, compressed=sorted(compressed), protocol=state.protocol_name,
+                          ratio=state.stats.last.ratio if state.stats.last else None)
+        state.close()
+    return out

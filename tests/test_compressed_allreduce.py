@@ -101,3 +101,28 @@ def test_gloo_ranks_get_what_one_process_computes(workers):
         for logged, exact in zip(res["logged"], res["expected"]):
             assert exact <= logged <= exact * 1.2 + 64 * workers * workers, (label, logged, exact)
     assert max(out["int8"]["mean_err"]) < 0.1           # 8 bits both ways (|x| up to ~10): near the mean
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("workers", [2, 3])
+def test_ddp_hook_runs_the_protocol(workers):
+    from milktea.distributed import launch
+    codecs = [("sign", Sign()), ("topk", TopK(0.1)), ("int8", Quantize(8))]
+    out = launch(cw.hook_vs_one_process, workers, args=(codecs,), timeout=170)
+    for label, res in out.items():
+        assert res["protocol"] == "compressed_allreduce", label
+        assert len(res["compressed"]) >= 3, (label, res["compressed"])   # the three weight matrices
+        assert max(res["errs"]) == 0.0, (label, res["errs"])             # the same arithmetic, bit for bit
+    assert out["sign"]["ratio"] > 5
+
+
+def test_the_protocol_is_registered_and_priced():
+    from milktea.cost import collective_for
+    from milktea.distributed import protocols
+    from milktea.distributed.compressed_allreduce import use_compressed_allreduce
+    s = use_compressed_allreduce(Sign())
+    assert protocols.protocol_of(s) == "compressed_allreduce" and Sign().protocol == "allgather"
+    assert collective_for(s) == "compressed_allreduce"
+    with pytest.raises(TypeError, match="Compressor"):
+        use_compressed_allreduce("sign")
