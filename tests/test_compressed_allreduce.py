@@ -126,3 +126,11 @@ def test_the_protocol_is_registered_and_priced():
     assert collective_for(s) == "compressed_allreduce"
     with pytest.raises(TypeError, match="Compressor"):
         use_compressed_allreduce("sign")
+
+
+@pytest.mark.parametrize("name", ["milktea.distributed.compressed_allreduce", "milktea.batched", "milktea.onebit"])
+def test_docstring_examples(name):
+    import doctest
+    import importlib
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0, name
