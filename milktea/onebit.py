@@ -111,7 +111,7 @@ class OneBitAdamState:
         """One step from the workers' gradients G [workers, n]; returns each worker's bytes sent."""
         b1 = self.cfg.betas[0]
         if not self.compressing:
-            self.flat.grad = G.mean(0)
+            self.flat.grad = self._mean(G)
             self.adam.step()
             self.flat.grad = None
             self.t += 1
@@ -119,11 +119,77 @@ class OneBitAdamState:
         if self.m is None:
             self._freeze()
         local = G.mul(1 - b1).add_(self.m, alpha=b1)           # each worker's own momentum
-        self.m = simulate_round(self.ranks, list(local)).to(self.flat.dtype)
+        self.m, sent = self._exchange(local)
         self.t += 1
         self.flat.addcdiv_(self.m, self.denom, value=-self.cfg.lr / (1 - b1 ** self.t))
-        return [sum(p.nbytes for p in r.last[0]) for r in self.ranks]
+        return sent
+
+    # the two exchanges: here all workers in one process; over torch.distributed in DistributedOneBitAdam
+    def _mean(self, G):
+        return G.mean(0)
+
+    def _exchange(self, local):
+        m = simulate_round(self.ranks, list(local)).to(self.flat.dtype)
+        return m, [sum(p.nbytes for p in r.last[0]) for r in self.ranks]
 
     def __repr__(self) -> str:
         phase = "compressed momentum, v frozen" if self.compressing else "warm-up (plain Adam)"
         return f"OneBitAdamState(step {self.t}, {self.workers} workers, {phase})"
+
+
+class _RankState(OneBitAdamState):
+    """One rank's OneBitAdamState over torch.distributed: G is [1, n] (this rank's gradient)."""
+
+    def __init__(self, cfg, flat, comm):
+        self.comm = comm
+        super().__init__(cfg, flat, 1)
+        self.workers = comm.world
+        self.ranks = [CompressedAllReduce(cfg.compressor, comm.rank, comm.world, error_feedback=cfg.error_feedback)]
+
+    def _mean(self, G):
+        g = G[0].div(self.comm.world)
+        return self.comm.all_reduce(g, self.t)
+
+    def _exchange(self, local):
+        from .distributed.compressed_allreduce import allreduce
+        m = allreduce(self.ranks[0], local[0], self.comm, self.t).to(self.flat.dtype)
+        return m, [sum(p.nbytes for p in self.ranks[0].last[0])]
+
+
+class DistributedOneBitAdam:
+    """1-bit Adam on real ranks: call `step()` after `backward()` on a model that is NOT
+    wrapped in DDP (this optimizer does the averaging: dense during warm-up, then the
+    compressed all-reduce of the momentum). Every rank must start from the same weights.
+
+        opt = DistributedOneBitAdam(model.parameters(), OneBitAdam(lr=0.01, warmup=50))
+        loss.backward(); opt.step(); opt.zero_grad()
+
+    `stats`: a milktea StatsLog of the bytes and times of every collective.
+    """
+
+    def __init__(self, params, settings: OneBitAdam, group=None, link=None):
+        from .distributed.comm import Comm
+        from .distributed.stats import StatsLog
+        if not isinstance(settings, OneBitAdam):
+            raise TypeError(f"settings must be a OneBitAdam, got {type(settings).__name__}")
+        self.params = [p for p in params]
+        if not self.params:
+            raise ValueError("no parameters to optimise")
+        self.stats = StatsLog()
+        comm = Comm(group, link, self.stats)
+        self.flat = torch.cat([p.detach().reshape(-1) for p in self.params])
+        self.state = _RankState(settings, self.flat, comm)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        g = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in self.params])
+        self.state.step(g[None])
+        self.stats.close_step()
+        off = 0
+        for p in self.params:
+            p.copy_(self.flat[off: off + p.numel()].view_as(p))
+            off += p.numel()
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None

@@ -93,3 +93,26 @@ def hook_vs_one_process(codecs, steps=4):
                           ratio=state.stats.last.ratio if state.stats.last else None)
         state.close()
     return out
+
+
+def onebit_adam_on_ranks(steps=14, warmup=6):
+    """DistributedOneBitAdam on a small model: losses, bytes per step, and whether every rank
+    holds the same weights and the variance stayed frozen."""
+    from milktea.onebit import DistributedOneBitAdam, OneBitAdam
+    rank = dist.get_rank()
+    net = _net()
+    opt = DistributedOneBitAdam(net.parameters(), OneBitAdam(lr=0.01, warmup=warmup))
+    losses = []
+    g = torch.Generator().manual_seed(rank)
+    X, Y = torch.randn(64, 20, generator=g), torch.randint(0, 10, (64,), generator=g)
+    for step in range(steps):
+        loss = torch.nn.functional.cross_entropy(net(X), Y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if step == warmup:
+            v0 = opt.state.v.clone()
+    w = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+    return dict(losses=losses, wire=[s.wire_bytes for s in opt.stats.history], n=w.numel(),
+                same=_same(w), v_frozen=torch.equal(v0, opt.state.v), compressing=opt.state.compressing)

@@ -77,3 +77,20 @@ def test_bad_settings_are_refused():
     with pytest.raises(TypeError, match="OneBitAdam"):
         simulate(Digits(hidden=4), steps=1, optimizer=torch.optim.Adam, **RUN)
     assert "warmup 5" in OneBitAdam(warmup=5, compressor=Sign()).name
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(180)
+def test_on_two_gloo_ranks():
+    import os
+    import sys
+    sys.path.insert(0, os.path.dirname(__file__))
+    import car_workers as cw
+    from milktea.distributed import launch
+    out = launch(cw.onebit_adam_on_ranks, 2, timeout=170, results="all")
+    for res in out:
+        assert res["same"] and res["v_frozen"] and res["compressing"]
+        assert res["losses"][-1] < res["losses"][0]
+        dense, late = res["wire"][0], res["wire"][-1]
+        assert dense == res["n"] * 4 * 2 * (2 - 1) / 2          # warm-up: a ring all-reduce of fp32
+        assert late < dense / 10                                 # then 1 bit per entry (plus headers)
