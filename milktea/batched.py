@@ -34,7 +34,7 @@ from .bits import packed_size
 from .compressors import Quantize, RandomK, Sign, TopK
 from .compressors.sparse import _random_indices
 from .feedback import ErrorFeedback
-from .kernels import NUMBA_MIN_NUMEL, HAVE_NUMBA
+from .kernels import HAVE_NUMBA, NUMBA_MIN_NUMEL
 from .packet import varint_size
 
 _LIMITS = [1 << (7 * j) for j in range(1, 5)]
