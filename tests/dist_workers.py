@@ -392,6 +392,8 @@ def scenario(kind, specs, steps=6):
         for s in states.values():
             s.close()
             s.close()        # idempotent
+        import threading
+        out[label]["threads_left"] = [t.name for t in threading.enumerate() if t.name == "milktea-comm"]
     return out
 
 

@@ -42,6 +42,7 @@ def test_nothing_is_lost(results, kind):
     workers, out = results
     for label, res in out[kind].items():
         assert res["rel_err"] <= TOLERANCE[label], (kind, workers, label, res)
+        assert res["threads_left"] == [], res        # close() joined the communication thread
         if label == "dense":
             assert res["dense_err"] <= 1e-6, (kind, label, res)
         else:

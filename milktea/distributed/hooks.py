@@ -81,7 +81,10 @@ _LIVE: "weakref.WeakSet[CompressionState]" = weakref.WeakSet()
 @atexit.register
 def _close_all() -> None:   # no communication thread outlives the interpreter's own teardown
     for state in list(_LIVE):
-        state.close()
+        try:
+            state.close(timeout=10)
+        except RuntimeError:    # a thread stuck in a collective whose peer is gone: a daemon, left
+            pass
 
 
 class CompressionState:
@@ -244,14 +247,18 @@ class CompressionState:
         """The exception that broke the hook (DDP re-raises it as a RuntimeError), or None."""
         return self._error
 
-    def close(self) -> None:
-        """Stop and join the communication thread, release the hook's process group and
-        gradient hooks (the model then needs a new hook). Safe to call twice."""
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop and join the communication thread (after the buckets handed to it), then
+        release the hook's process group and gradient hooks (the model then needs a new
+        hook). Safe to call twice. Call it before destroy_process_group()."""
         if self._closed:
             return
         self._closed = True
         self._jobs.put(None)
-        self._thread.join()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise RuntimeError(f"milktea's communication thread on rank {self.rank} is still inside a "
+                               f"collective after {timeout} s: another rank has stopped or hangs")
         for h in self._grad_hooks:
             h.remove()
         if self._own_group is not None and dist.is_initialized():
