@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-COLLECTIVES = ("allreduce", "allgather", "ps")
+COLLECTIVES = ("allreduce", "allgather", "ps", "compressed_allreduce")
 
 
 def _number(name: str, value, *, positive: bool = False) -> float:
@@ -100,6 +100,72 @@ def parameter_server_time(nbytes, workers: int, link: Link, servers: int = 1) ->
     return 2 * N * M / (servers * link.bandwidth) + 2 * link.latency
 
 
+def compressed_allreduce_time(nbytes, workers: int, link: Link) -> float:
+    """Compressed all-reduce of a worker's `nbytes` compressed gradient (its N chunk
+    packets; milktea.distributed.compressed_allreduce): an all-to-all of the chunks, then
+    an all-gather of the reduced chunks, each N-1 messages of M/N bytes.
+    Time = 2(N-1) alpha + 2(N-1)/N * M / B: a ring all-reduce's formula on compressed bytes.
+
+    >>> link = Link.gbit(10)
+    >>> [round(compressed_allreduce_time(1e6, n, link) * 1e3, 2) for n in (2, 64, 1024)]
+    [0.9, 7.88, 103.9]
+    """
+    M, N, link = _number("nbytes", nbytes), _workers(workers), _check_link(link)
+    if N == 1:
+        return 0.0
+    return 2 * (N - 1) * (link.latency + M / N / link.bandwidth)
+
+
+def allgather_bytes(nbytes_per_worker, workers: int) -> float:
+    """Bytes each worker sends in a ring all-gather: (N-1) packets of M (it forwards the others')."""
+    M, N = _number("nbytes_per_worker", nbytes_per_worker), _workers(workers)
+    return (N - 1) * M
+
+
+def compressed_allreduce_bytes(nbytes, workers: int) -> float:
+    """Bytes each worker sends in a compressed all-reduce of an `nbytes` compressed gradient:
+    N-1 chunks out, then its reduced chunk to N-1 workers: 2(N-1)/N * M, under 2M for any N."""
+    M, N = _number("nbytes", nbytes), _workers(workers)
+    return 2 * (N - 1) / N * M
+
+
+def protocol_costs(nbytes, workers: int, link: Link, *, dense_bytes=None) -> dict:
+    """Bytes and seconds per worker per step of each way to exchange a compressed gradient
+    of `nbytes` (one worker's packet): "allgather" and "compressed_allreduce"; with
+    `dense_bytes`, also "dense" (a ring all-reduce of the uncompressed gradient).
+
+    >>> c = protocol_costs(40_000, 64, Link.gbit(10), dense_bytes=4_000_000)
+    >>> {k: round(v["bytes"] / 1e3) for k, v in c.items()}      # kB per worker
+    {'allgather': 2520, 'compressed_allreduce': 79, 'dense': 7875}
+    """
+    out = {"allgather": dict(bytes=allgather_bytes(nbytes, workers), seconds=allgather_time(nbytes, workers, link)),
+           "compressed_allreduce": dict(bytes=compressed_allreduce_bytes(nbytes, workers),
+                                        seconds=compressed_allreduce_time(nbytes, workers, link))}
+    if dense_bytes is not None:
+        out["dense"] = dict(bytes=ring_allreduce_bytes(dense_bytes, workers),
+                            seconds=ring_allreduce_time(dense_bytes, workers, link))
+    return out
+
+
+def choose_protocol(nbytes, workers: int, link: Link, *, reduced_nbytes=None) -> str:
+    """The faster way to exchange a compressed gradient by the cost model: "allgather" (every
+    packet reaches every worker; no second compression) or "compressed_allreduce" (chunks
+    averaged and compressed again: flat bytes, but a second compression error, kept by a
+    server-side ledger). `nbytes`: one worker's packet for all-gather; `reduced_nbytes`: its
+    N chunk packets together (default: the same; chunk headers add a little). Ties go to
+    all-gather, which compresses once. With a calibrated `link` (milktea.distributed.calibrate)
+    this is the `auto` choice.
+
+    >>> link = Link.gbit(1)
+    >>> choose_protocol(50_000, 2, link), choose_protocol(50_000, 64, link)
+    ('allgather', 'compressed_allreduce')
+    """
+    car = nbytes if reduced_nbytes is None else reduced_nbytes
+    t_gather = allgather_time(nbytes, workers, link)
+    t_car = compressed_allreduce_time(car, workers, link)
+    return "compressed_allreduce" if t_car < t_gather else "allgather"
+
+
 def ring_allreduce_bytes(nbytes, workers: int) -> float:
     """Bytes each worker sends in a ring all-reduce: 2(N-1)/N * M (close to 2M for large N)."""
     M, N = _number("nbytes", nbytes), _workers(workers)
@@ -119,13 +185,16 @@ def gradient_bytes(params, bytes_per_param: int = 4) -> int:
 def comm_time(nbytes, workers: int, link: Link, collective: str = "allreduce", servers: int = 1) -> float:
     """Time of one exchange of `nbytes` per worker with the named collective:
     "allreduce" (dense, fp16, PowerSGD factors: packets that can be summed on the wire),
-    "allgather" (sparse or quantized packets, which can't) or "ps" (parameter server)."""
+    "allgather" (sparse or quantized packets, which can't), "ps" (parameter server) or
+    "compressed_allreduce" (a worker's compressed gradient in chunks, reduced and re-compressed)."""
     if collective == "allreduce":
         return ring_allreduce_time(nbytes, workers, link)
     if collective == "allgather":
         return allgather_time(nbytes, workers, link)
     if collective == "ps":
         return parameter_server_time(nbytes, workers, link, servers)
+    if collective == "compressed_allreduce":
+        return compressed_allreduce_time(nbytes, workers, link)
     raise ValueError(f"collective must be one of {COLLECTIVES}, got {collective!r}")
 
 
@@ -273,7 +342,7 @@ def calibrate(sizes_bytes, times_s, workers: int, collective: str = "allreduce")
     if np.unique(m).size < 2:
         raise ValueError(f"need at least 2 distinct message sizes to separate latency from bandwidth, "
                          f"got {np.unique(m).size}")
-    if collective == "allreduce":
+    if collective in ("allreduce", "compressed_allreduce"):     # the same alpha and beta counts
         if N == 1:
             raise ValueError("a 1-worker all-reduce sends nothing: calibrate with workers >= 2")
         a, b = 2 * (N - 1), 2 * (N - 1) / N

@@ -152,7 +152,7 @@ class _Exchange:
     compresses each of its streams (one flat bucket, or one per parameter tensor) through
     its own sender; returns the average update and each worker's wire bytes."""
 
-    def __init__(self, compressor, error_feedback, workers, named, flat, per_layer):
+    def __init__(self, compressor, error_feedback, workers, named, flat, per_layer, batched=True):
         from .feedback import ErrorFeedback
         self.workers, self.flat = workers, flat
         ledger = isinstance(compressor, ErrorFeedback)     # a ready-made ledger (e.g. DGC)
@@ -177,11 +177,23 @@ class _Exchange:
             offset += p.numel()
         self.senders = ([[make(w, s) for s in range(len(self.streams))] for w in range(1 if self.summed else workers)]
                         if compressor is not None else None)
+        # all workers in one call where the compressor allows it (milktea.batched: bit for bit the same)
+        self.batches = [None] * len(self.streams)
+        if batched and compressor is not None and not self.summed:
+            from .batched import batch_for
+            self.batches = [batch_for([self.senders[w][s] for w in range(workers)], shape)
+                            for s, (_, shape) in enumerate(self.streams)]
 
     def __call__(self, G):
+        from .batched import supported
         W = self.workers
         update, sent = torch.empty_like(self.flat), [0] * W
         for s, (part, shape) in enumerate(self.streams):
+            if supported(G, self.batches[s]):
+                total, sizes = self.batches[s](G[:, part])
+                update[part] = total.to(self.flat.dtype) / W
+                sent = [a + b for a, b in zip(sent, sizes)]
+                continue
             g = G[:, part].reshape(W, *shape)
             if self.summed:
                 packet = self.senders[0][s].compress(g.sum(0))
@@ -194,9 +206,37 @@ class _Exchange:
         return update, sent
 
 
+class _CompressedAllReduce:
+    """The compressed all-reduce (milktea.distributed.compressed_allreduce) for all workers
+    at once: each worker's flat gradient is split into N chunks, chunk j compressed for
+    worker j, averaged and compressed again there, and the results gathered; ledgers on
+    both sides. A worker's `sent` bytes are its N chunk packets (its compressed gradient;
+    the wire carries about 2(N-1)/N of that, as a ring all-reduce does)."""
+
+    def __init__(self, compressor, error_feedback, workers, flat):
+        from .distributed.compressed_allreduce import CompressedAllReduce
+        from .feedback import ErrorFeedback
+        if compressor is None or isinstance(compressor, ErrorFeedback):
+            raise TypeError("protocol='compressed_allreduce' needs a plain compressor (e.g. Sign()); it keeps "
+                            "its own ledgers on both sides (error_feedback=True)")
+        self.workers, self.flat, self.codec, self.per_layer = workers, flat, compressor, False
+        self.scheme = compressor.name + ("+ef2" if error_feedback else "") + "/car"
+        self.ranks = [CompressedAllReduce(compressor, w, workers, error_feedback=error_feedback)
+                      for w in range(workers)]
+
+    def __call__(self, G):
+        from .distributed.compressed_allreduce import simulate_round
+        update = simulate_round(self.ranks, list(G)).to(self.flat.dtype)
+        return update, [sum(p.nbytes for p in r.last[0]) for r in self.ranks]
+
+
+PROTOCOLS = ("allgather", "compressed_allreduce")
+
+
 def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200, lr: float = 0.1,
              batch: int | None = 32, error_feedback: bool = True, momentum: float = 0.0, seed: int = 0,
-             device=None, progress: bool = True, eval_every: int = 10, per_layer: bool | None = None) -> History:
+             device=None, progress: bool = True, eval_every: int = 10, per_layer: bool | None = None,
+             protocol: str | None = None, batched: bool = True, optimizer=None) -> History:
     """Train `task` with `workers` simulated workers for `steps` SGD steps.
 
     Each step every worker draws `batch` examples from its own shard (without replacement;
@@ -215,10 +255,33 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
     the way, so its packet is that of the summed gradient (with one ledger on the sum: only
     the sum of the workers' residuals ever reaches the update).
 
+    `protocol`: how the packets travel. None or "allgather": every worker's packet reaches
+    every worker (today's collective for sparse and quantized packets).
+    "compressed_allreduce": each worker compresses chunk j of its gradient for worker j,
+    which averages and compresses it again; ledgers on both sides (see
+    milktea.distributed.compressed_allreduce). Bytes per worker then stay flat in N.
+
+    `batched`: compress all workers' gradients in one call where the compressor allows it
+    (Top-K, Random-K, Sign, Quantize; see milktea.batched), bit for bit what one call per
+    worker gives; False: one worker at a time.
+
+    `optimizer`: instead of SGD on the averaged gradient, an optimizer that does its own
+    exchange: `milktea.onebit.OneBitAdam(...)` (Adam, then 1-bit momentum through the
+    compressed all-reduce). It takes the place of `compressor`, `lr` and `momentum`.
+
     >>> simulate(Quadratic(100), workers=2, steps=40, progress=False).final("error") < 1
     True
     """
     _check(task, compressor, workers, steps, lr, batch, momentum, seed, eval_every)
+    if optimizer is not None:
+        from .onebit import OneBitAdam
+        if not isinstance(optimizer, OneBitAdam):
+            raise TypeError(f"optimizer must be a milktea.onebit.OneBitAdam, got {type(optimizer).__name__}")
+        if compressor is not None or momentum:
+            raise ValueError("with an optimizer, leave compressor=None and momentum=0: 1-bit Adam compresses "
+                             "its own momentum (OneBitAdam(compressor=...))")
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be None or one of {PROTOCOLS}, got {protocol!r}")
     from tqdm.auto import tqdm
     device = pick_device() if device is None else torch.device(device)
 
@@ -245,13 +308,21 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
     gen = torch.Generator().manual_seed(seed)
     rows = torch.arange(workers, device=device)[:, None]
 
-    exchange = _Exchange(compressor, error_feedback, workers, named, flat, per_layer)
-    scheme = exchange.scheme
+    if protocol is None and compressor is not None and optimizer is None:
+        from .distributed import protocols    # what the compressor declares (use_compressed_allreduce)
+        protocol = "compressed_allreduce" if protocols.protocol_of(compressor) == "compressed_allreduce" else None
+    if protocol == "compressed_allreduce":
+        exchange = _CompressedAllReduce(compressor, error_feedback, workers, flat)
+    else:
+        exchange = _Exchange(compressor, error_feedback, workers, named, flat, per_layer, batched)
+    scheme = exchange.scheme if optimizer is None else optimizer.name
+    opt_state = optimizer.start(flat, workers) if optimizer is not None else None
     dense_bytes = flat.numel() * flat.element_size()
     hist = History(task.name, scheme, workers, dense_bytes=dense_bytes, config=dict(
         steps=steps, lr=lr, batch=batch, error_feedback=error_feedback and compressor is not None,
         momentum=momentum, seed=seed, device=str(device), task=repr(task), params=flat.numel(),
-        per_layer=exchange.per_layer, compressor=repr(compressor)))
+        protocol=protocol or "allgather",
+        per_layer=exchange.per_layer, compressor=repr(compressor), optimizer=repr(optimizer)))
     velocity = torch.zeros_like(flat) if momentum else None
 
     def evaluate(step):
@@ -277,7 +348,10 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
             warnings.warn(f"{scheme}: the loss became {loss} at step {t}; stopped (try a smaller lr)", stacklevel=2)
             break
         hist.loss.append(loss)
-        if compressor is None:
+        if opt_state is not None:
+            hist.bytes_sent.append(opt_state.step(G))
+            update = None
+        elif compressor is None:
             update = G.mean(0)
             hist.bytes_sent.append([dense_bytes] * workers)
         else:
@@ -285,7 +359,8 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
             hist.bytes_sent.append(sent)
         if velocity is not None:
             update = velocity.mul_(momentum).add_(update)
-        flat.sub_(lr * update)
+        if update is not None:
+            flat.sub_(lr * update)
         if (t + 1) % eval_every == 0 or t + 1 == steps:
             evaluate(t + 1)
             if progress:

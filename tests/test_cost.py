@@ -225,3 +225,45 @@ def test_scissors():
     import matplotlib
     matplotlib.use("Agg")
     assert "gap" in s.plot().get_title()
+
+
+# --- the compressed all-reduce beside ring all-reduce and all-gather ---------------------------
+def test_compressed_allreduce_bytes_are_flat_in_n_and_allgather_grows():
+    from milktea.cost import (allgather_bytes, compressed_allreduce_bytes, compressed_allreduce_time,
+                              protocol_costs, ring_allreduce_bytes)
+    M = 10_000
+    car = [compressed_allreduce_bytes(M, n) for n in (8, 64, 1024)]
+    assert max(car) / min(car) < 1.15 and all(b < 2 * M for b in car)
+    assert [allgather_bytes(M, n) for n in (2, 8, 64)] == [M, 7 * M, 63 * M]
+    # the same formula as a dense ring all-reduce, applied to the compressed bytes
+    for n in (1, 2, 5, 64):
+        assert compressed_allreduce_bytes(M, n) == pytest.approx(ring_allreduce_bytes(M, n))
+        assert compressed_allreduce_time(M, n, Link(1e8, 1e-5)) == pytest.approx(
+            ring_allreduce_time(M, n, Link(1e8, 1e-5)))
+    c = protocol_costs(M, 64, Link(1e8, 1e-5), dense_bytes=100 * M)
+    assert c["compressed_allreduce"]["seconds"] < c["allgather"]["seconds"] < c["dense"]["seconds"]
+    assert comm_time(M, 64, Link(1e8, 1e-5), "compressed_allreduce") == c["compressed_allreduce"]["seconds"]
+
+
+def test_choose_protocol_switches_where_the_model_says():
+    from milktea.cost import allgather_time, choose_protocol, compressed_allreduce_time
+    link = Link.gbit(1, latency=1e-3)
+    # small packets on a high-latency link: all-gather's N-1 messages vs 2(N-1): all-gather wins
+    assert choose_protocol(1_000, 8, link) == "allgather"
+    for n in (2, 3, 8, 64, 1024):
+        for M in (1e3, 1e5, 1e7):
+            pick = choose_protocol(M, n, link)
+            faster = ("compressed_allreduce" if compressed_allreduce_time(M, n, link) < allgather_time(M, n, link)
+                      else "allgather")
+            assert pick == faster
+    assert choose_protocol(1e6, 64, link) == "compressed_allreduce"
+    # chunk headers make the reduced packets larger: at 2 workers all-gather is then faster
+    assert choose_protocol(1e6, 2, link, reduced_nbytes=1.01e6) == "allgather"
+
+
+def test_calibrate_fits_compressed_allreduce_times():
+    from milktea.cost import compressed_allreduce_time
+    link = Link(2e8, 3e-5)
+    sizes = [1e3, 1e5, 1e7]
+    got = calibrate(sizes, [compressed_allreduce_time(m, 6, link) for m in sizes], 6, "compressed_allreduce")
+    assert got.bandwidth == pytest.approx(2e8) and got.latency == pytest.approx(3e-5)

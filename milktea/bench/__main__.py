@@ -8,6 +8,9 @@ BENCHES = {
     "kernels": "milktea.bench.kernels",      # every compressor vs a plain copy
     "simulate": "milktea.bench.simulate",    # the N-worker simulator's speed
     "grade": "milktea.bench.grade",          # grading one submission
+    "onebit": "milktea.bench.onebit",        # 1-bit Adam vs Adam vs Sign+EF SGD on digits
+    "scaling": "milktea.bench.scaling",      # bytes and step time per protocol, 2-8 processes, modelled to 1,024
+    "gpu": "milktea.bench.gpu",              # kernels, simulator, NCCL hook and notebooks on one CUDA GPU
 }
 
 

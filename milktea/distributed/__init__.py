@@ -2,6 +2,7 @@
 
     from milktea.distributed import launch, compress, EmulatedLink, compare
 """
+from milktea.distributed import compressed_allreduce  # noqa: F401  (registers its protocol)
 from milktea.distributed.compare import compare
 from milktea.distributed.hooks import CompressionState, compress
 from milktea.distributed.launch import WorkerError, default_threads, launch

@@ -1,0 +1,136 @@
+"""The compressed all-reduce: chunks, both ledgers, the simulator, and real gloo ranks."""
+import os
+import sys
+
+import pytest
+import torch
+
+from milktea import Identity, Quantize, RandomK, Sign, TopK
+from milktea.distributed.compressed_allreduce import CompressedAllReduce, chunk_bounds, simulate_round
+
+sys.path.insert(0, os.path.dirname(__file__))
+import car_workers as cw  # noqa: E402  (workers import it by this name)
+
+CODECS = [Sign(), TopK(0.1), Quantize(4), RandomK(0.2), Quantize(8, stochastic=True)]
+
+
+def test_chunks_cover_the_tensor_in_near_equal_pieces():
+    for n, N in [(10, 3), (7, 7), (1000, 64), (5, 1)]:
+        b = chunk_bounds(n, N)
+        assert b[0][0] == 0 and b[-1][1] == n and len(b) == N
+        assert all(e == s2 for (_, e), (s2, _) in zip(b, b[1:]))
+        assert max(e - s for s, e in b) - min(e - s for s, e in b) <= 1
+    with pytest.raises(ValueError, match="at least 4 entries"):
+        chunk_bounds(3, 4)
+    with pytest.raises(TypeError, match="Compressor"):
+        CompressedAllReduce("sign", 0, 2)
+    with pytest.raises(ValueError, match="rank must be < workers"):
+        CompressedAllReduce(Sign(), 2, 2)
+
+
+@pytest.mark.parametrize("comp", CODECS, ids=lambda c: c.name)
+@pytest.mark.parametrize("N", [1, 3, 4])
+def test_two_sided_ledger_loses_nothing(comp, N):
+    """N x (delivered averages + server residual) + worker residuals == all gradients fed in."""
+    ranks = [CompressedAllReduce(comp, r, N) for r in range(N)]
+    fed = torch.zeros(203, dtype=torch.float64)
+    delivered = torch.zeros(203, dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(6):
+        xs = [torch.randn(203, generator=g) for _ in range(N)]
+        fed += torch.stack(xs).double().sum(0)
+        delivered += simulate_round(ranks, xs).double()
+    server = torch.cat([r.server_residual().double() for r in ranks])
+    workers = sum(r.worker_residual().double() for r in ranks)
+    torch.testing.assert_close(N * (delivered + server) + workers, fed, rtol=0, atol=1e-4)
+    assert workers.abs().sum() > 0                      # the ledgers did hold something
+    # Random-K's server draws the very positions the workers drew (shared seed and step):
+    # it passes on all it received and keeps nothing
+    if isinstance(comp, RandomK):
+        assert server.abs().sum() == 0
+    elif N > 1:
+        assert server.abs().sum() > 0
+
+
+def test_the_result_is_the_average_of_the_compressed_chunks():
+    N, n = 3, 50
+    xs = [torch.randn(n, generator=torch.Generator().manual_seed(r)) for r in range(N)]
+    # lossless: the exact mean
+    out = simulate_round([CompressedAllReduce(Identity(), r, N) for r in range(N)], xs)
+    torch.testing.assert_close(out, torch.stack(xs).mean(0))
+    # Sign, first step: each chunk is sign(mean of the workers' sign-coded chunks) x its mean |.|
+    out = simulate_round([CompressedAllReduce(Sign(), r, N, error_feedback=False) for r in range(N)], xs)
+    for a, b in chunk_bounds(n, N):
+        coded = torch.stack([x[a:b].sign() * x[a:b].abs().mean() for x in xs]).mean(0)
+        torch.testing.assert_close(out[a:b], coded.sign() * coded.abs().mean())
+
+
+def test_the_simulator_runs_the_protocol_and_its_bytes_stay_flat():
+    from milktea.simulate import simulate
+    from milktea.tasks import Digits
+    run = dict(steps=40, lr=0.1, progress=False, device="cpu", protocol="compressed_allreduce")
+    task = Digits(hidden=16)
+    per = {}
+    for N in (2, 8):
+        h = simulate(task, Sign(), workers=N, **run)
+        per[N] = h.bytes_per_worker[-1]
+        assert h.final("accuracy") > 0.6 and h.config["protocol"] == "compressed_allreduce"
+    # a worker's compressed gradient: n/8 bytes of signs plus a scale and a header per chunk
+    n = task.n_params()
+    assert n / 8 < per[2] < per[8] < n / 8 + 8 * 24
+    with pytest.raises(TypeError, match="plain compressor"):
+        simulate(task, None, workers=2, **run)
+    with pytest.raises(ValueError, match="protocol"):
+        simulate(task, Sign(), workers=2, steps=2, progress=False, protocol="ring")
+
+
+SPECS = [("sign", Sign(), True), ("topk", TopK(0.05), True), ("int8", Quantize(8), True),
+         ("randomk", RandomK(0.1), False), ("int4-stochastic", Quantize(4, stochastic=True), True)]
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("workers", [2, 3])
+def test_gloo_ranks_get_what_one_process_computes(workers):
+    from milktea.distributed import launch
+    out = launch(cw.allreduce_vs_one_process, workers, args=(SPECS,), timeout=170)
+    for label, res in out.items():
+        assert max(res["diffs"]) == 0.0, (label, res["diffs"])     # the same arithmetic, bit for bit
+        assert res["same_everywhere"], label
+        # the logged wire bytes: the padded all-to-all and all-gather, plus the size tables
+        for logged, exact in zip(res["logged"], res["expected"]):
+            assert exact <= logged <= exact * 1.2 + 64 * workers * workers, (label, logged, exact)
+    assert max(out["int8"]["mean_err"]) < 0.1           # 8 bits both ways (|x| up to ~10): near the mean
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("workers", [2, 3])
+def test_ddp_hook_runs_the_protocol(workers):
+    from milktea.distributed import launch
+    codecs = [("sign", Sign()), ("topk", TopK(0.1)), ("int8", Quantize(8))]
+    out = launch(cw.hook_vs_one_process, workers, args=(codecs,), timeout=170)
+    for label, res in out.items():
+        assert res["protocol"] == "compressed_allreduce", label
+        assert len(res["compressed"]) >= 3, (label, res["compressed"])   # the three weight matrices
+        assert max(res["errs"]) == 0.0, (label, res["errs"])             # the same arithmetic, bit for bit
+    assert out["sign"]["ratio"] > 5
+
+
+def test_the_protocol_is_registered_and_priced():
+    from milktea.cost import collective_for
+    from milktea.distributed import protocols
+    from milktea.distributed.compressed_allreduce import use_compressed_allreduce
+    s = use_compressed_allreduce(Sign())
+    assert protocols.protocol_of(s) == "compressed_allreduce" and Sign().protocol == "allgather"
+    assert collective_for(s) == "compressed_allreduce"
+    with pytest.raises(TypeError, match="Compressor"):
+        use_compressed_allreduce("sign")
+
+
+@pytest.mark.parametrize("name", ["milktea.distributed.compressed_allreduce", "milktea.batched", "milktea.onebit"])
+def test_docstring_examples(name):
+    import doctest
+    import importlib
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0, name
