@@ -325,7 +325,7 @@ def scenario(kind, specs, steps=6):
     Dense (compressor None): the applied gradient must be the exact mean at every step."""
     import copy
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from milktea.distributed import hooks, protocols
+    from milktea.distributed import hooks
     rank, N = dist.get_rank(), dist.get_world_size()
     out = {}
     for label, comp, ef in specs:

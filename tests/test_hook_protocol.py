@@ -79,7 +79,7 @@ def hook_vs_packets():
         model.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         for n, p in net.named_parameters():
-            mine = torch.func.grad(lambda w: torch.nn.functional.cross_entropy(
+            mine = torch.func.grad(lambda w, n=n, x=x, y=y: torch.nn.functional.cross_entropy(
                 torch.func.functional_call(net, {**dict(net.named_parameters()), n: w}, (x,)), y))(p.detach())
             every = [torch.empty_like(mine) for _ in range(N)]
             dist.all_gather(every, mine)

@@ -71,7 +71,7 @@ def ddp_step(steps: int = 3) -> dict:
     state = compress(model, TopK(0.01), error_feedback=True)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     losses = []
-    for step in range(steps + 1):
+    for _ in range(steps + 1):
         x, y = torch.randn(64, 64, device=dev), torch.randint(0, 10, (64,), device=dev)
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(x), y)

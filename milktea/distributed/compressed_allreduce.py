@@ -311,7 +311,7 @@ class CompressedAllReduceProtocol(protocols.Protocol):
         c = copy.deepcopy(self.compressor)
         t0 = time.perf_counter()
         packets = [c.compress(t) for t in tensors]
-        for t, p in zip(tensors, packets):
+        for p in packets:
             c.decompress(p)
         seconds = 2 * (time.perf_counter() - t0)          # compressed twice, decoded twice
         nbytes = sum(p.nbytes for p in packets)

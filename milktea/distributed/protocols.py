@@ -33,26 +33,6 @@ from milktea import cost
 from milktea.packet import Packet
 
 
-# --- the two compressor calls the hook needs, with a fallback for compressors without them
-def compress_with_feedback(coder, residual: torch.Tensor) -> Packet:
-    """Compress the ledger `residual` and subtract what was sent from it, in place."""
-    fn = getattr(coder, "compress_with_feedback", None)
-    if fn is not None:
-        return fn(residual)
-    packet = coder.compress(residual)
-    coder.subtract_sent(residual, packet)
-    return packet
-
-
-def decompress_add(coder, packet: Packet, out: torch.Tensor, alpha: float = 1.0) -> None:
-    """out += alpha * decode(packet), in place."""
-    fn = getattr(coder, "decompress_add", None)
-    if fn is not None:
-        fn(packet, out, alpha=alpha)
-        return
-    out.add_(coder.decompress(packet).view(out.shape).to(out.dtype), alpha=alpha)
-
-
 # --- the registry ---------------------------------------------------------------------------
 PROTOCOLS: dict[str, type] = {}
 
@@ -197,7 +177,7 @@ class AllGather(Protocol):
             if self.error_feedback and it.used:
                 r = self.ledger(it)
                 r.add_(it.tensor)
-                packet = compress_with_feedback(c, r)
+                packet = c.compress_with_feedback(r)
             else:   # no ledger, or no gradient here: the ledger waits, a zero gradient is sent
                 packet = c.compress(it.tensor)
             wire.append(packet.to_tensor())
@@ -218,7 +198,7 @@ class AllGather(Protocol):
                 if r == 0:
                     c.decompress(packet, out=it.tensor)
                 else:
-                    decompress_add(c, packet, it.tensor)
+                    c.decompress_add(packet, it.tensor)
             it.tensor.div_(len(parts))
         _log(comm, step, decode_s=time.perf_counter() - t0)
 
@@ -231,7 +211,7 @@ class AllGather(Protocol):
             out = torch.empty_like(t)
             c.decompress(p, out=out)
             for _ in range(N - 1):
-                decompress_add(c, p, out)
+                c.decompress_add(p, out)
         t2 = time.perf_counter()
         nbytes = sum(p.nbytes for p in packets)
         return (t1 - t0) + (t2 - t1), cost.allgather_time(8, N, link) + cost.allgather_time(nbytes, N, link)
@@ -259,7 +239,7 @@ class AllReduce(Protocol):
             if self.error_feedback and it.used:
                 r = self.ledger(it)
                 r.add_(x)
-                packet = compress_with_feedback(c, r)
+                packet = c.compress_with_feedback(r)
             else:
                 packet = c.compress(x)
             c.decompress(packet, out=x)             # exactly what was sent
