@@ -89,3 +89,10 @@ def test_the_readme_example_runs_under_torchrun():
     loss = float(r.stdout.split("'loss': ")[1].split(",")[0])
     assert loss < 3.6                               # from ln(98) = 4.58 in 30 Adam steps
     assert torch.isfinite(torch.tensor(loss))
+
+
+def test_the_readme_shows_the_example_as_it_is():
+    with open(os.path.join(ROOT, "examples", "ddp_own_model.py")) as f:
+        code = f.read().split('"""\n', 1)[1].strip("\n")
+    with open(os.path.join(ROOT, "README.md")) as f:
+        assert "```python\n" + code + "\n```" in f.read()

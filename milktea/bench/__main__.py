@@ -8,6 +8,7 @@ BENCHES = {
     "kernels": "milktea.bench.kernels",      # every compressor vs a plain copy
     "simulate": "milktea.bench.simulate",    # the N-worker simulator's speed
     "grade": "milktea.bench.grade",          # grading one submission
+    "gpt": "milktea.bench.gpt",              # every scheme on the character GPT, with per-layer statistics
 }
 
 
