@@ -95,3 +95,20 @@ def test_bench_gpt_prints_every_scheme_and_the_layers(tmp_path, capsys, monkeypa
         assert label in text, label
     res = json.loads(out.read_text())
     assert [r["scheme"] for r in res["runs"]][0] == "dense" and len(res["layers"]) == 17
+
+
+def test_transformer_mix_counts_what_the_model_holds():
+    from milktea.experiments.scenarios import transformer_mix
+    from milktea.gpt import GPT, GPTConfig
+    cfg = GPTConfig(n_layer=3, n_head=2, n_embd=40, block=24)
+    sizes = {n: p.numel() for n, p in GPT(cfg).named_parameters()}
+    mix = transformer_mix(3, 40, cfg.vocab, 24, ratio=50.0)
+    assert mix["params"] == sum(sizes.values()) and mix["tensors"] == len(sizes)
+    small = [n for n in sizes.values() if n < 1024]
+    assert mix["dense tensors"] == len(small) and mix["dense share"] == pytest.approx(sum(small) / mix["params"])
+    assert mix["embedding share"] == pytest.approx(sizes["wte.weight"] / mix["params"])
+    assert mix["embedding share"] + mix["matrix share"] + mix["dense share"] == pytest.approx(1.0)
+    d = mix["dense share"]
+    assert mix["effective ratio"] == pytest.approx(1 / (d + (1 - d) / 50))
+    gpt2 = transformer_mix()
+    assert 124e6 < gpt2["params"] < 164e6 and gpt2["effective ratio"] > 95    # dense LayerNorms cost little

@@ -1,7 +1,7 @@
 """Compression on a transformer: the character GPT in the simulator, every scheme for the
 same steps, and the per-layer gradient statistics that explain the differences.
 
-    python -m milktea.bench gpt [--workers 8] [--steps 100] [--json results/bench_gpt.json]
+    python -m milktea.bench gpt [--workers 8] [--steps 30] [--json results/bench_gpt.json]
 
 Dense, Top-1%+EF, int8, Sign+EF and PowerSGD r4+EF each train the same model from the same
 weights on the same batches (SGD with momentum, the simulator's optimizer); the table gives
@@ -20,7 +20,7 @@ from ..experiments.gpt import default_schemes, gradient_stats, runs_table, side_
 from ..gpt import CharGPT
 
 
-def run(workers: int = 8, steps: int = 100, batch: int = 4, lr: float = 0.1, momentum: float = 0.9,
+def run(workers: int = 8, steps: int = 30, batch: int = 4, lr: float = 0.1, momentum: float = 0.9,
         ratio: float = 0.01, rank: int = 4, seed: int = 0, warmup: int = 20) -> dict:
     task = CharGPT(seed=seed)
     start = task.evaluate(task.model())
@@ -39,7 +39,7 @@ def run(workers: int = 8, steps: int = 100, batch: int = 4, lr: float = 0.1, mom
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m milktea.bench gpt", description=__doc__.split("\n")[0])
     ap.add_argument("--workers", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--batch", type=int, default=4, help="windows of text per worker per step")
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--momentum", type=float, default=0.9)
