@@ -254,7 +254,10 @@ class GPT(nn.Module):
                 nn.init.normal_(p, 0.0, std)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        B, T = idx.shape
+        if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"idx must be token ids of shape [batch, time] (int64), got {idx.dtype} "
+                             f"{tuple(idx.shape)}; one sequence: idx[None]")
+        T = idx.shape[1]
         if T > self.cfg.block:
             raise ValueError(f"sequence of {T} tokens is longer than the context ({self.cfg.block})")
         x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))   # [B, T, C]

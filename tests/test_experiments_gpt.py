@@ -94,7 +94,7 @@ def test_bench_gpt_prints_every_scheme_and_the_layers(tmp_path, capsys, monkeypa
     for label in ("dense", "Top-1%+EF", "int8", "Sign+EF", "PowerSGD r4+EF", "sparse rows", "tiny"):
         assert label in text, label
     res = json.loads(out.read_text())
-    assert [r["scheme"] for r in res["runs"]][0] == "dense" and len(res["layers"]) == 17
+    assert [r["scheme"] for r in res["runs"]] == [r[0] for r in xg.default_schemes()] and len(res["layers"]) == 17
 
 
 def test_transformer_mix_counts_what_the_model_holds():

@@ -91,6 +91,8 @@ def test_bad_configurations_are_refused():
         GPTConfig(n_layer=1.5)
     with pytest.raises(ValueError, match="longer than the context"):
         GPT(GPTConfig(n_layer=1, n_embd=16, block=4))(torch.zeros(1, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"\[batch, time\]"):
+        GPT(GPTConfig(n_layer=1, n_embd=16, block=4))(torch.zeros(3, dtype=torch.long))
     with pytest.raises(TypeError, match="str"):
         encode(b"bytes")
 
