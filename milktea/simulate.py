@@ -142,7 +142,7 @@ def _stack_shards(shards, device):
     for w, (x, y) in enumerate(shards):
         pad = L - len(y)
         xs.append(torch.cat([x, x[:1].expand(pad, *x.shape[1:])]) if pad else x)
-        ys.append(torch.cat([y, y[:1].expand(pad)]) if pad else y)
+        ys.append(torch.cat([y, y[:1].expand(pad, *y.shape[1:])]) if pad else y)
         valid[w, :len(y)] = True
     return torch.stack(xs).to(device), torch.stack(ys).to(device), valid.to(device)
 

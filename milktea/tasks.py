@@ -215,3 +215,24 @@ class Digits(Task):
     def __repr__(self) -> str:
         return (f"Digits(hidden={self.hidden}, train={len(self.y_train)}, test={len(self.y_test)}, "
                 f"seed={self.seed}, {'non-iid' if self.noniid else 'iid'})")
+
+
+TASKS = ("digits", "gpt")
+
+
+def make_task(name: str = "digits", *, hidden: int = 32, seed: int = 0) -> Task:
+    """The task called `name`, as DDP training and `compare` build it: "digits" (the MLP,
+    `hidden` wide) or "gpt" (`milktea.gpt.CharGPT` at its default size; `hidden` is the
+    digits MLP's width and not used).
+
+    >>> make_task("digits", hidden=16)
+    Digits(hidden=16, train=1437, test=360, seed=0, iid)
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"task must be a str, got {type(name).__name__}")
+    if name == "digits":
+        return Digits(hidden=hidden, seed=seed)
+    if name == "gpt":
+        from .gpt import CharGPT       # imported here: milktea.gpt builds on this module
+        return CharGPT(seed=seed)
+    raise ValueError(f"unknown task {name!r}; choose from {', '.join(TASKS)}")

@@ -57,9 +57,28 @@ def _powersgd_reference(mats, Qs, residuals, rank_r, N):
     return P @ Q.t(), Q, new_res
 
 
-def hooks_vs_reference(specs, steps=4, bucket_cap_mb=0.004):
+def _gpt_pieces():
+    """A one-layer character GPT, its windows of text and its loss (milktea.gpt)."""
+    from milktea.gpt import CharGPT
+    task = CharGPT(n_layer=1, n_head=2, n_embd=32, block=16, max_val_windows=1)
+
+    def batch(rank, step):
+        g = torch.Generator().manual_seed(1000 * step + rank)
+        idx = torch.randint(len(task.y_train), (4,), generator=g)
+        return task.x_train[idx], task.y_train[idx]
+    return task.model, batch, lambda out, y: task.loss(out, y).mean()
+
+
+def _pieces(network):
+    """(build the network, batch(rank, step), loss(output, target)) for `network`."""
+    if network == "gpt":
+        return _gpt_pieces()
+    return _net, _batch, torch.nn.functional.cross_entropy
+
+
+def hooks_vs_reference(specs, steps=4, bucket_cap_mb=0.004, network="mlp"):
     """For each (label, compressor, error_feedback, min_size): max |DDP hook average - reference|
-    per step.
+    per step, on `network` ("mlp": the small MLP above; "gpt": a one-layer character GPT).
 
     Reference: every rank's local gradient is gathered; each rank's packets are recomputed
     here, per parameter, with the same per-parameter sender (fork(rank, stream_of(name))),
@@ -70,20 +89,21 @@ def hooks_vs_reference(specs, steps=4, bucket_cap_mb=0.004):
     from milktea.distributed import hooks, protocols
     from milktea.compressors import PowerSGD
     rank, N = dist.get_rank(), dist.get_world_size()
+    make_net, make_batch, loss_fn = _pieces(network)
     out = {}
     for label, comp, ef, min_size in specs:
-        net = _net()
+        net = make_net()
         ref = copy.deepcopy(net)
         model = DDP(net, bucket_cap_mb=bucket_cap_mb)
         state = hooks.compress(model, comp, error_feedback=ef, min_size=min_size)
         senders, ps_state = {}, {}
         errs, dense_errs = [], []
         for step in range(steps):
-            x, y = _batch(rank, step)
+            x, y = make_batch(rank, step)
             model.zero_grad()
-            torch.nn.functional.cross_entropy(model(x), y).backward()
+            loss_fn(model(x), y).backward()
             ref.zero_grad()
-            torch.nn.functional.cross_entropy(ref(x), y).backward()
+            loss_fn(ref(x), y).backward()
             local = {n: p.grad for n, p in ref.named_parameters()}
             got = {n: p.grad for n, p in net.named_parameters()}
             err = derr = 0.0

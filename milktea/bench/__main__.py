@@ -11,6 +11,7 @@ BENCHES = {
     "onebit": "milktea.bench.onebit",        # 1-bit Adam vs Adam vs Sign+EF SGD on digits
     "scaling": "milktea.bench.scaling",      # bytes and step time per protocol, 2-8 processes, modelled to 1,024
     "gpu": "milktea.bench.gpu",              # kernels, simulator, NCCL hook and notebooks on one CUDA GPU
+    "gpt": "milktea.bench.gpt",              # every scheme on the character GPT, with per-layer statistics
 }
 
 

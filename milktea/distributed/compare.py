@@ -124,13 +124,15 @@ def _worker(cfg: dict, names: list[str], link_gbit, latency_us: float, calibrate
 def compare(names=schemes.COMPARE_DEFAULT, *, workers: int = 2, link_gbit: float | None = 1.0,
             latency_us: float = 50.0, netns_gbit: float | None = None, steps: int = 20,
             hidden: int = 256, batch: int = 32, lr: float = 0.05, momentum: float = 0.9, ratio: float = 0.01,
-            powersgd_rank: int = 4, seed: int = 0, bucket_cap_mb: float = 25.0,
+            powersgd_rank: int = 4, seed: int = 0, bucket_cap_mb: float = 25.0, task: str = "digits",
             calibrate_sizes=DEFAULT_SIZES, interleave: bool | None = None,
             progress: bool = True, on_message=None, timeout: float | None = None) -> Comparison:
     """Train with every scheme in `names` on `workers` local ranks; return a Comparison.
 
     link_gbit: emulated link speed (None: the real link as it is, e.g. loopback).
     netns_gbit: instead, a real link shaped by tc between network namespaces (root only).
+    task: what to train, "digits" (an MLP `hidden` wide) or "gpt" (a small character-level
+    transformer; see milktea.tasks.make_task).
     interleave: step the schemes in turns (fair on a busy machine; default: when all the
     models fit in half the free memory), else one scheme after another.
     on_message: called as on_message(rank, message) with what rank 0 reports while it trains
@@ -146,12 +148,12 @@ def compare(names=schemes.COMPARE_DEFAULT, *, workers: int = 2, link_gbit: float
         raise ValueError("choose link_gbit (emulated) or netns_gbit (shaped namespaces), not both")
     cfg = dict(steps=steps, hidden=hidden, batch=batch, lr=lr, momentum=momentum, ratio=ratio,
                powersgd_rank=powersgd_rank,
-               seed=seed, bucket_cap_mb=bucket_cap_mb)
+               seed=seed, bucket_cap_mb=bucket_cap_mb, task=task)
     from milktea.distributed.train import TrainConfig
     TrainConfig(**cfg)   # check the settings here, before any worker starts
     if interleave is None:
-        from milktea.tasks import Digits
-        interleave = fits_in_memory(len(names), Digits.features * hidden + hidden * 11 + 10, workers)
+        from milktea.tasks import make_task
+        interleave = fits_in_memory(len(names), make_task(task, hidden=hidden).n_params(), workers)
     progress_bars = _Progress(progress)
 
     def bars(rank, msg):
@@ -207,6 +209,7 @@ class _Progress:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from milktea.tasks import TASKS
     ap = argparse.ArgumentParser(prog="python -m milktea compare", description=__doc__.split("\n")[0])
     ap.add_argument("--schemes", default=",".join(schemes.COMPARE_DEFAULT),
                     help=f"comma-separated, from: {', '.join(schemes.SCHEMES)}")
@@ -217,6 +220,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--netns", type=float, default=None, metavar="GBIT",
                     help="a real tc-shaped link of GBIT Gbit/s between network namespaces (root)")
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--task", default="digits", choices=TASKS,
+                    help="digits: the MLP; gpt: a small character-level transformer")
     ap.add_argument("--hidden", type=int, default=256, help="MLP width; 337000 gives ~25M parameters")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.05)
@@ -234,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     res = compare([s.strip() for s in a.schemes.split(",") if s.strip()], workers=a.workers,
                   link_gbit=link, latency_us=a.latency_us, netns_gbit=a.netns, steps=a.steps,
                   hidden=a.hidden, batch=a.batch, lr=a.lr, momentum=a.momentum, ratio=a.ratio, powersgd_rank=a.powersgd_rank,
-                  bucket_cap_mb=a.bucket_cap_mb, interleave=False if a.sequential else None,
+                  bucket_cap_mb=a.bucket_cap_mb, task=a.task, interleave=False if a.sequential else None,
                   progress=not a.no_progress)
     print(res.table())
     paths = res.save(a.out, plots=not a.no_plots)

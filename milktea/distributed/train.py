@@ -39,8 +39,12 @@ class TrainConfig:
     start_step: int = 1
     min_size: int = 1024
     bucket_cap_mb: float = 25.0
+    task: str = "digits"           # see milktea.tasks.TASKS ("gpt": a small character-level transformer)
 
     def __post_init__(self):
+        from milktea.tasks import TASKS
+        if self.task not in TASKS:
+            raise ValueError(f"unknown task {self.task!r}; choose from {', '.join(TASKS)}")
         if self.scheme not in schemes.SCHEMES:
             raise ValueError(f"unknown scheme {self.scheme!r}; choose from {', '.join(schemes.SCHEMES)}")
         for name in ("steps", "batch", "powersgd_rank", "start_step"):
@@ -91,9 +95,9 @@ class ComputeProbe:
 
     def __init__(self, cfg: TrainConfig):
         from torch.nn.parallel import DistributedDataParallel as DDP
-        from milktea.tasks import Digits
+        from milktea.tasks import make_task
         self.device = device_for_rank()
-        self.task = Digits(hidden=cfg.hidden, seed=cfg.seed)
+        self.task = make_task(cfg.task, hidden=cfg.hidden, seed=cfg.seed)
         x, y = self.task.shard(dist.get_rank(), dist.get_world_size())
         net = self.task.model().to(self.device)
         self.model = DDP(net, device_ids=[self.device.index] if self.device.type == "cuda" else None,
@@ -134,12 +138,12 @@ class Run:
 
     def __init__(self, cfg: TrainConfig | dict, model_link=None, link=None):
         from torch.nn.parallel import DistributedDataParallel as DDP
-        from milktea.tasks import Digits
+        from milktea.tasks import make_task
         self.cfg = cfg = cfg if isinstance(cfg, TrainConfig) else TrainConfig(**cfg)
         rank, self.world = dist.get_rank(), dist.get_world_size()
         self.device = device_for_rank()
         link = link if link is not None else emulated_link(cfg)
-        self.task = Digits(hidden=cfg.hidden, seed=cfg.seed)
+        self.task = make_task(cfg.task, hidden=cfg.hidden, seed=cfg.seed)
         x, y = self.task.shard(rank, self.world)
         self.net = self.task.model().to(self.device)
         self.model = DDP(self.net, device_ids=[self.device.index] if self.device.type == "cuda" else None,
@@ -241,7 +245,8 @@ def _print_summary(res: dict, log: str | None) -> None:
     print(f"{res['label']}: {res['workers']} workers, {res['params']:,} parameters, "
           f"{len(res['records'])} steps, {step_ms:.1f} ms/step, "
           f"{s.get('payload_bytes', 0) / 1e6:.3f} MB sent per step per worker (R={s.get('ratio', float('nan')):.1f}x), "
-          f"test accuracy {res['final']['accuracy']:.2%}, test loss {res['final']['loss']:.4f}")
+          f"test accuracy {res['final']['accuracy']:.2%}, test loss {res['final']['loss']:.4f}"
+          + (f", perplexity {res['final']['perplexity']:.2f}" if "perplexity" in res["final"] else ""))
     if log:
         with open(log, "w") as f:
             for r in res["records"]:

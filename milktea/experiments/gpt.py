@@ -1,0 +1,200 @@
+"""What a transformer's gradient teaches: per-layer statistics of the character GPT
+(milktea.gpt) and short side-by-side simulated runs.
+
+    >>> from milktea.gpt import CharGPT
+    >>> stats = gradient_stats(CharGPT(n_layer=1, n_embd=32), warmup_steps=2)
+    >>> row = stats.row("wte.weight")        # the character embedding
+    >>> row["zero rows, 1 worker"] > 0.3     # characters this worker's batch never saw
+    True
+
+Each row of `gradient_stats` is one parameter tensor: its share of the numbers, its share
+of the gradient's squared norm, the share of exact zeros (and of all-zero rows) in one
+worker's gradient and in the sum over workers, and for matrices the energy in the top-r
+singular values beside that of a random matrix of the same shape. `kind` sums it up:
+"sparse rows" (embedding rows of characters not in the batch: zero, not merely small),
+"low rank" (most energy in r directions: PowerSGD's case), "tiny" (too few numbers to be
+worth a packet's header and a lossy code: send dense) or "dense".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.func import functional_call, grad, vmap
+
+from ..tasks import _int
+from .tables import markdown_table
+
+TINY = 1024          # the DDP hook's default min_size: smaller tensors cross dense
+
+
+def _task(task):
+    from ..gpt import CharGPT
+    if task is None:
+        return CharGPT()
+    if not isinstance(task, CharGPT):
+        raise TypeError(f"task must be a milktea.gpt.CharGPT, got {type(task).__name__}")
+    return task
+
+
+def topr_energy(m: torch.Tensor, r: int) -> float:
+    """Share of ||m||^2 in its top-r singular values (1.0 for a matrix of rank <= r).
+
+    >>> topr_energy(torch.outer(torch.ones(5), torch.arange(4.)), 1)
+    1.0
+    """
+    s = torch.linalg.svdvals(m.double())
+    total = float((s * s).sum())
+    return float((s[:r] ** 2).sum()) / total if total > 0 else 0.0
+
+
+def _random_energy(shape, r: int) -> float:
+    g = torch.Generator().manual_seed(0)
+    return topr_energy(torch.randn(*shape, generator=g), r)
+
+
+def worker_batches(task, workers: int, batch: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """`batch` windows drawn from each worker's shard: x, y of shape [workers, batch, block]."""
+    g = torch.Generator().manual_seed(seed)
+    xs, ys = [], []
+    for x, y in task.shards(workers):
+        idx = torch.randperm(len(y), generator=g)[:batch]
+        xs.append(x[idx])
+        ys.append(y[idx])
+    return torch.stack(xs), torch.stack(ys)
+
+
+def worker_gradients(task, model, xb: torch.Tensor, yb: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Each worker's gradient on its batch (one vmap call): {name: [workers, *shape]}."""
+    params = {n: p.detach() for n, p in model.named_parameters()}
+
+    def loss_of(p, x, y):
+        return task.loss(functional_call(model, p, (x,)), y).mean()
+    return vmap(grad(loss_of), in_dims=(None, 0, 0))(params, xb, yb)
+
+
+def warm_up(task=None, steps: int = 20, batch: int = 32, lr: float = 0.1, momentum: float = 0.9,
+            seed: int = 0):
+    """The task's model after `steps` of dense SGD on minibatches of `batch` windows: a
+    model part-way through training, whose gradients are typical of the run."""
+    task = _task(task)
+    _int("steps", steps, 0), _int("batch", batch, 1)
+    model = task.model()
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    x, y = task.x_train, task.y_train
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        idx = torch.randint(len(y), (batch,), generator=gen)
+        opt.zero_grad()
+        task.loss(model(x[idx]), y[idx]).mean().backward()
+        opt.step()
+    return model
+
+
+@dataclass
+class GradientStats:
+    """Per-layer statistics of one step's gradients (see the module's docstring)."""
+    rows: list[dict]
+    workers: int
+    batch: int
+    rank: int
+    warmup_steps: int
+    columns = ("tensor", "shape", "share of numbers", "share of norm^2", "zeros, 1 worker", "zero rows, 1 worker",
+               "zeros, summed", "top-r energy", "random matrix", "kind")
+
+    def row(self, name: str) -> dict:
+        for r in self.rows:
+            if r["tensor"] == name:
+                return r
+        raise KeyError(f"no tensor {name!r}; the model has {[r['tensor'] for r in self.rows]}")
+
+    def by_kind(self) -> dict[str, dict]:
+        """Per kind: how many tensors, their share of the numbers and of the squared norm."""
+        out: dict[str, dict] = {}
+        for r in self.rows:
+            k = out.setdefault(r["kind"], {"tensors": 0, "share of numbers": 0.0, "share of norm^2": 0.0})
+            k["tensors"] += 1
+            k["share of numbers"] += r["share of numbers"]
+            k["share of norm^2"] += r["share of norm^2"]
+        return out
+
+    def table(self, digits: int = 2) -> str:
+        """A markdown table, one line per tensor (r = `rank`)."""
+        cols = [c.replace("top-r", f"top-{self.rank}") for c in self.columns]
+        rows = [{c2: r[c] for c, c2 in zip(self.columns, cols)} for r in self.rows]
+        return markdown_table(rows, cols, digits=digits)
+
+    def __repr__(self) -> str:
+        kinds = ", ".join(f"{k}: {v['tensors']} tensors, {v['share of numbers']:.0%} of the numbers"
+                          for k, v in self.by_kind().items())
+        return (f"GradientStats({len(self.rows)} tensors after {self.warmup_steps} steps, {self.workers} workers x "
+                f"{self.batch} windows; {kinds})")
+
+
+def gradient_stats(task=None, *, workers: int = 8, batch: int = 4, rank: int = 4, warmup_steps: int = 20,
+                   seed: int = 0) -> GradientStats:
+    """Per-layer statistics of the GPT's gradient after `warmup_steps` of dense SGD: each of
+    `workers` workers' gradient on `batch` windows of its shard, and their sum. `rank` is
+    the r of the top-r energy (PowerSGD's rank). A few seconds on 2 CPU cores."""
+    task = _task(task)
+    _int("workers", workers, 1), _int("batch", batch, 1), _int("rank", rank, 1)
+    model = warm_up(task, warmup_steps, seed=seed)
+    grads = worker_gradients(task, model, *worker_batches(task, workers, batch, seed))
+    total_numel = sum(g[0].numel() for g in grads.values())
+    norm2 = {n: float(g[0].double().pow(2).sum()) for n, g in grads.items()}
+    total_norm2 = sum(norm2.values()) or 1.0
+    rows = []
+    for name, g in grads.items():
+        one, summed = g[0], g.sum(0)
+        row = {"tensor": name, "shape": "x".join(map(str, one.shape)), "numel": one.numel(),
+               "share of numbers": one.numel() / total_numel, "share of norm^2": norm2[name] / total_norm2,
+               "zeros, 1 worker": float((one == 0).float().mean()), "zeros, summed": float((summed == 0).float().mean()),
+               "zero rows, 1 worker": None, "top-r energy": None, "random matrix": None}
+        if one.dim() == 2:
+            row["zero rows, 1 worker"] = float((one == 0).all(1).float().mean())
+            row["top-r energy"] = topr_energy(one, rank)
+            row["random matrix"] = _random_energy(one.shape, rank)
+        if row["zero rows, 1 worker"] and row["zero rows, 1 worker"] > 0.1:
+            kind = "sparse rows"
+        elif one.numel() < TINY:
+            kind = "tiny"
+        elif row["top-r energy"] is not None and row["top-r energy"] > max(0.5, 2 * row["random matrix"]):
+            kind = "low rank"
+        else:
+            kind = "dense"
+        row["kind"] = kind
+        rows.append(row)
+    return GradientStats(rows, workers, batch, rank, warmup_steps)
+
+
+# --- side-by-side runs ---------------------------------------------------------------------
+def default_schemes(ratio: float = 0.01, rank: int = 4) -> list[tuple[str, object, bool]]:
+    """(label, compressor, error feedback) for dense, Top-K+EF, int8, Sign+EF, PowerSGD+EF."""
+    from ..compressors import PowerSGD, Quantize, Sign, TopK
+    return [("dense", None, False), (f"Top-{100 * ratio:g}%+EF", TopK(ratio=ratio), True),
+            ("int8", Quantize(8), False), ("Sign+EF", Sign(), True), (f"PowerSGD r{rank}+EF", PowerSGD(rank), True)]
+
+
+def side_by_side(task=None, schemes=None, *, workers: int = 4, steps: int = 30, batch: int = 4, lr: float = 0.1,
+                 momentum: float = 0.9, seed: int = 0, eval_every: int | None = None, progress: bool = False) -> list[dict]:
+    """Train the GPT once per scheme in the simulator, from the same weights on the same
+    batches; one row per scheme: held-out loss and perplexity, compression ratio, wall
+    time (and the History under "history"). `schemes`: (label, compressor, error
+    feedback) triples, by default `default_schemes()`. ~1 s per 10 steps per scheme
+    with the defaults on 2 CPU cores."""
+    from ..simulate import simulate
+    task = _task(task)
+    rows = []
+    for label, comp, ef in (schemes if schemes is not None else default_schemes()):
+        h = simulate(task, comp, workers=workers, steps=steps, batch=batch, lr=lr, momentum=momentum,
+                     error_feedback=ef, seed=seed, progress=progress, eval_every=eval_every or steps, device="cpu")
+        rows.append({"scheme": label, "val loss": h.final("loss"), "perplexity": h.final("perplexity"),
+                     "accuracy": h.final("accuracy"), "R": h.ratio, "wall s": h.wall_time,
+                     "diverged": h.diverged_at is not None, "history": h})
+    return rows
+
+
+def runs_table(rows: list[dict], digits: int = 3) -> str:
+    """side_by_side's rows as a markdown table."""
+    cols = ["scheme", "val loss", "perplexity", "accuracy", "R", "wall s"]
+    return markdown_table(rows, cols, digits=digits, formats={"R": "{:.1f}x", "accuracy": "{:.1%}"})
