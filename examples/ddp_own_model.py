@@ -27,7 +27,7 @@ state = milktea.ddp.compress(model, TopK(ratio=0.01), error_feedback=True)
 opt = torch.optim.Adam(model.parameters(), lr=3e-3)
 x, y = task.shard(rank, dist.get_world_size())      # this rank's windows of text
 gen = torch.Generator().manual_seed(rank)
-for step in range(20):
+for _ in range(20):
     idx = torch.randint(len(y), (16,), generator=gen)
     opt.zero_grad()
     task.loss(model(x[idx]), y[idx]).mean().backward()   # the hook runs during backward

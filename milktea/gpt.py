@@ -137,7 +137,7 @@ def load_corpus(source: str = "auto", val_share: float = 0.1) -> Corpus:
                    f"the libpython3.X-stdlib package, or a python.org build) or use source='milktea'")
             if source == "stdlib":
                 raise ValueError(msg)
-            warnings.warn(msg + "; using milktea's own sources instead")
+            warnings.warn(msg + "; using milktea's own sources instead", stacklevel=2)
             source = "milktea"
         else:
             source = "stdlib"
