@@ -124,21 +124,14 @@ def evaluation(comparison) -> list[dict]:
     return rows
 
 
-def repriced(comparison, gbit: float, latency: float | None = None) -> list[dict]:
-    """Each scheme's step time and throughput if the same run had a `gbit` link: measured
-    compute and codec time, the collectives it issued priced by the cost model."""
-    from ..distributed.report import predict_step
+def repriced(comparison, gbit: float, latency: float | None = None, keep_residual: bool = True) -> list[dict]:
+    """Each scheme's step time and throughput if the same run had a `gbit` link
+    (`milktea.experiments.engineering.repriced_times`, which this only tabulates)."""
+    from .engineering import repriced_times
     latency = comparison.model_link.latency if latency is None else latency
-    link = cost.Link.gbit(gbit, latency)
+    times = repriced_times(comparison, cost.Link.gbit(gbit, latency), keep_residual)
     batch = comparison.config["batch"] * comparison.workers
-    rows = []
-    for res in comparison.results:
-        if "records" not in res:
-            continue
-        recs = res["records"][comparison.skip:] or res["records"]
-        t = sorted(predict_step(r.get("compute", comparison.compute), r, link, comparison.workers)
-                   for r in recs)[len(recs) // 2]
-        rows.append({"scheme": res["label"], "step ms": 1e3 * t, "samples/s": batch / t})
+    rows = [{"scheme": label, "step ms": 1e3 * t, "samples/s": batch / t} for label, t in times.items()]
     dense = next((r["step ms"] for r in rows if r["scheme"].startswith("dense")), None)
     for r in rows:
         r["speedup"] = dense / r["step ms"] if dense else float("nan")
