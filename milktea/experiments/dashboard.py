@@ -178,3 +178,35 @@ def stage_times(comparison, scheme: str, compressor=None, repeats: int = 3) -> l
         stages.update(compress=(med["compress"], p.payload_nbytes), encode=(med["encode"], data.numel()),
                       decode=(med["decode"] * comparison.workers, dense_bytes))
     return [{"stage": s, "seconds": stages[s][0], "bytes": stages[s][1]} for s in STAGES]
+
+
+def loss_trends(comparison, window: int = 3) -> list[dict]:
+    """Each scheme's training loss at the start and the end of the run (means over `window`
+    steps) and whether it rose: a loss that ends above where it began is diverging."""
+    import math
+    out = []
+    for res in comparison.results:
+        recs = res.get("records") or []
+        loss = [r["loss"] for r in recs if "loss" in r]
+        if len(loss) < 2:
+            continue
+        w = max(1, min(window, len(loss) // 2))
+        first, last = sum(loss[:w]) / w, sum(loss[-w:]) / w
+        finite = all(math.isfinite(v) for v in loss)
+        out.append({"scheme": res["label"], "first loss": first, "last loss": last,
+                    "diverging": (not finite) or last > first})
+    return out
+
+
+def loss_trend_sentence(comparison) -> str:
+    """One sentence from `loss_trends`: which schemes' loss fell, and which rose."""
+    rows = loss_trends(comparison)
+    bad = [r for r in rows if r["diverging"]]
+    if not bad:
+        return (f"Every scheme's training loss fell over the run (first and last steps averaged): "
+                + ", ".join(f"{r['scheme']} {r['first loss']:.2f} → {r['last loss']:.2f}" for r in rows) + ".")
+    return ("**Diverging:** " + ", ".join(f"{r['scheme']} (training loss {r['first loss']:.2f} → {r['last loss']:.2f})"
+                                          for r in bad)
+            + ". Its loss ends above where it began, whatever its accuracy after these few steps says. With the "
+              "shared learning rate and momentum 0.9, a biased compressor's ledger can feed the momentum large, "
+              "delayed lumps (chapter 04); give it its own learning rate, less momentum, or DGC's momentum correction.")
