@@ -374,3 +374,58 @@ def model_error_sentence(comparison, tolerance: float = 0.2) -> str:
                  "all-gather first exchanges sizes); outside them, the hook's own work that the codec timer does "
                  "not cover. Read the predictions as a guide to where time goes, not as a stopwatch.")
     return text
+
+
+# --- verdicts of the A/B chapter, in words, from a measured comparison ----------------------
+
+def ab_verdict(comparison) -> str:
+    """Dense's step, the fastest scheme and its speedup, in one paragraph."""
+    rows = [r for r in comparison.rows if "error" not in r]
+    dense = rows[0]
+    fastest = max((r for r in rows if "speedup" in r), key=lambda r: r["speedup"])
+    return (f"{comparison.where}, {comparison.workers} workers. Dense takes **{dense['step_ms']:.0f} ms** per step; "
+            f"the fastest scheme here, {fastest['label']}, takes **{fastest['step_ms']:.0f} ms** "
+            f"({fastest['speedup']:.2f}x). The crosses mark the calibrated cost model's prediction from the bytes each "
+            f"scheme really sent plus its measured compute and codec time; the orange part is the time measured "
+            f"inside the collectives, the grey part what none of the measured parts accounts for. Where a compressed "
+            f"scheme is slower than its bytes suggest, look at its codec time: on a CPU, compressing can cost as much "
+            f"as the link saves.")
+
+
+def behind_dense(comparison, points: float = 5.0) -> str:
+    """A line naming the schemes more than `points` accuracy points behind dense ('' if none)."""
+    rows = [r for r in comparison.rows if "error" not in r]
+    dense = rows[0]
+    behind = [r["label"] for r in rows[1:] if r.get("accuracy", 1) < dense["accuracy"] - points / 100]
+    if not behind:
+        return ""
+    return (f"More than {points:g} points behind dense after {comparison.config['steps']} steps: {', '.join(behind)} "
+            "(all runs share dense SGD's learning rate and momentum; biased compressors usually want their own).")
+
+
+def crossing_lines(gbits, curves: dict) -> list[str]:
+    """For each re-priced curve: where compression stops paying, in words."""
+    out = []
+    for label, speedups in curves.items():
+        if label == "gbit":
+            continue
+        b = crossing(gbits, speedups)
+        where = ("pays on every link tried" if b == math.inf else
+                 "never pays here" if b == 0 else f"stops paying above {b:.2g} Gbit/s")
+        out.append(f"{label:<34} {where}")
+    return out
+
+
+def loopback_verdict(fast, slow_dense_ms: float) -> str:
+    """What the loopback run (no emulated link) says, from its numbers."""
+    rows = [r for r in fast.rows if "error" not in r]
+    dense = rows[0]
+    slower = [r["label"] for r in rows[1:] if r.get("speedup", 1) < 1]
+    text = (f"On loopback a dense step takes {dense['step_ms']:.1f} ms, {dense['comm_ms']:.1f} ms of it inside the "
+            f"all-reduce, against {slow_dense_ms:.0f} ms on the 1 Gbit/s link. {len(slower)} of {len(rows) - 1} "
+            f"compressed schemes are slower than dense here" + (f": {', '.join(slower)}." if slower else "."))
+    if len(slower) == len(rows) - 1:
+        return text + " When the link is not the bottleneck, the best compressor is none."
+    return text + (" Even loopback is not free on a busy CPU (the bytes are copied through the kernel), so a scheme "
+                   "with a cheap codec can still win a little here; the re-priced curves above show a link that is "
+                   "really fast.")

@@ -153,3 +153,16 @@ def ab_step_times(comparison, ax=None):
     ax.set_title(f"step time, {comparison.where.split(',')[0]}", fontsize=10)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
     return ax
+
+
+def ab_accuracy(comparison, ax=None):
+    """Test accuracy after the run, one bar per scheme."""
+    rows = [r for r in comparison.rows if "error" not in r]
+    if ax is None:
+        import matplotlib.pyplot as plt
+        _, ax = plt.subplots(figsize=(5, 0.45 * len(rows) + 1.4))
+    ax.barh([r["label"] for r in rows], [r["accuracy"] for r in rows], color="tab:green")
+    ax.invert_yaxis()
+    ax.set_xlabel(f"test accuracy after {comparison.config['steps']} steps")
+    ax.set_xlim(0, 1)
+    return ax
