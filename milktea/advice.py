@@ -42,11 +42,47 @@ class Option:
 CODEC_NAMES = ("bf16", "powersgd", "int8", "topk1%+EF", "topk1%+int8+EF", "sign+EF")
 
 
-def options(codec_ns: dict, width: int = 4096, powersgd_rank: int = 4) -> list[Option]:
+def transformer_shapes(params: float, aspect: int = 128) -> list[tuple[int, int]]:
+    """Weight-matrix shapes of a standard transformer with about `params` parameters: L blocks
+    of width d (four d x d attention matrices, a d x 4d and a 4d x d MLP: 12 d^2 per block),
+    with d = `aspect` x L (the depth-to-width ratio of common model families), d a multiple of 64.
+    A stand-in when the real model's shapes are not given.
+
+    >>> shapes = transformer_shapes(1.3e9)
+    >>> len(shapes) // 6, shapes[0]
+    (19, (2368, 2368))
+    """
+    params = _positive("params", params)
+    layers = max(1, round((params / (12 * aspect ** 2)) ** (1 / 3)))
+    d = max(64, 64 * round(math.sqrt(params / (12 * layers)) / 64))
+    return [(d, d)] * 4 * layers + [(d, 4 * d), (4 * d, d)] * layers
+
+
+def powersgd_ratio(shapes, rank: int = 4) -> float:
+    """fp32 bytes / PowerSGD bytes for these weight matrices: sum(m n) / sum(r (m + n)),
+    a matrix too small to gain (r (m + n) >= m n) sent dense.
+
+    >>> powersgd_ratio([(4096, 4096)], rank=4)
+    512.0
+    """
+    dense = sent = 0
+    for shape in shapes:
+        if len(shape) < 2:
+            dense, sent = dense + math.prod(shape), sent + math.prod(shape)
+            continue
+        m, n = shape[0], math.prod(shape[1:])
+        r = min(rank, m, n)
+        dense += m * n
+        sent += min(m * n, r * (m + n))
+    if dense == 0:
+        raise ValueError("no weight shapes given")
+    return dense / sent
+
+
+def options(codec_ns: dict, layer_shapes=((4096, 4096),), powersgd_rank: int = 4) -> list[Option]:
     """The menu, with wire ratios from milktea's packets. `codec_ns`: the codec cost per
     parameter in nanoseconds for every name in CODEC_NAMES (see `measure_codecs`).
-    `width`: the typical width of a weight matrix (PowerSGD's ratio is about
-    width / (2 rank) for square layers)."""
+    `layer_shapes`: the model's weight shapes (PowerSGD's ratio depends on them)."""
     if not isinstance(codec_ns, dict) or set(CODEC_NAMES) - set(codec_ns):
         raise ValueError(f"codec_ns must give nanoseconds per parameter for each of {CODEC_NAMES} "
                          f"(measure_codecs() measures them here), got {codec_ns!r}")
@@ -57,7 +93,7 @@ def options(codec_ns: dict, width: int = 4096, powersgd_rank: int = 4) -> list[O
     return [
         Option("dense", 1.0, "allreduce", ns["dense"], 0, "nothing"),
         Option("bf16", 2.0, "allreduce", ns["bf16"], 1, "nothing in practice (bf16 keeps fp32's range)"),
-        Option("powersgd", max(1.0, width / (2 * powersgd_rank)), "allreduce", ns["powersgd"], 3,
+        Option("powersgd", powersgd_ratio(layer_shapes, powersgd_rank), "allreduce", ns["powersgd"], 3,
                "error feedback, a few dense warm-up steps, a rank tuned to the model"),
         Option("int8", 4 / (1 + 4 / 1024), "allgather", ns["int8"], 2, "a chunk size (e.g. 1024) for the scales"),
         Option("topk1%+EF", 100 * 4 / 5, "allgather", ns["topk1%+EF"], 4,
@@ -98,7 +134,7 @@ def _positive(name, v):
 
 
 def advise(params: float, workers: int, gbit: float, compute_s: float, *, latency_us: float = 50.0,
-           overlap: bool = True, buckets: int = 8, width: int = 4096, powersgd_rank: int = 4,
+           overlap: bool = True, buckets: int = 8, layer_shapes=None, powersgd_rank: int = 4,
            codec_ns: dict | str = "measure", tolerance: float = 0.1, small_share: float = 0.1) -> Advice:
     """Price every option for your cluster and pick one.
 
@@ -107,7 +143,9 @@ def advise(params: float, workers: int, gbit: float, compute_s: float, *, latenc
     each codec ("measure": time them on this machine once). overlap/buckets: DDP-style bucketed
     overlap (cost.iteration_time). tolerance: take the simplest option within this share of
     the fastest. small_share: if dense communication is below this share of the step, do
-    not compress at all.
+    not compress at all. layer_shapes: the model's parameter shapes, e.g.
+    `[p.shape for p in model.parameters()]`, for PowerSGD's ratio (default: a standard
+    transformer of `params` parameters, `transformer_shapes`).
     """
     params, gbit, compute_s = _positive("params", params), _positive("gbit", gbit), _positive("compute_s", compute_s)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 2:
@@ -119,7 +157,8 @@ def advise(params: float, workers: int, gbit: float, compute_s: float, *, latenc
         if codec_ns != "measure":
             raise ValueError(f"codec_ns must be a dict or 'measure', got {codec_ns!r}")
         codec_ns = measured_codecs()
-    for o in options(codec_ns, width, powersgd_rank):
+    shapes = transformer_shapes(params) if layer_shapes is None else [tuple(s) for s in layer_shapes]
+    for o in options(codec_ns, shapes, powersgd_rank):
         comm = cost.comm_time(nbytes / o.ratio, workers, link, o.collective)
         codec = o.codec_ns * 1e-9 * params
         step = cost.iteration_time(compute_s + codec, comm, overlap=overlap, buckets=buckets if overlap else None)

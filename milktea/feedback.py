@@ -139,41 +139,74 @@ def warmup_ratio(step: int, final_ratio: float, warmup_steps: int, start_ratio: 
 
 
 class DGC(ErrorFeedback):
-    """Deep Gradient Compression (Lin et al. 2018): Top-K with momentum correction.
+    """Deep Gradient Compression (Lin et al. 2018): Top-K with its four helpers.
 
-    The momentum is accumulated locally *before* compression (u = m u + g; v += u),
-    so that the entries waiting in the ledger keep their momentum; entries that were
-    sent have their momentum cleared (momentum factor masking). Train with plain SGD
-    (no optimizer momentum): the momentum lives here. `warmup_steps` applies
-    :func:`warmup_ratio` to the kept share.
+    - momentum correction (``momentum_correction=True``): the momentum is accumulated
+      locally *before* compression (u = m u + g; v += u), so that the entries waiting in
+      the ledger keep their momentum. Train with plain SGD (no optimizer momentum): the
+      momentum lives here. Off, the ledger holds gradients and the optimizer's momentum
+      acts on the sparse average, where a delayed entry has lost its history.
+    - local gradient clipping (``clip``): each worker scales its gradient down to an L2
+      norm of at most ``clip`` before it enters the ledger (DGC uses the global threshold
+      times N^-1/2), so that a burst cannot fill the ledger with a huge entry.
+    - momentum factor masking (``masking=True``): the momentum of the entries just sent is
+      cleared, so a stale velocity does not keep pushing them after the update.
+    - warm-up (``warmup_steps``): the kept share shrinks from ``start_ratio`` to ``ratio``
+      (:func:`warmup_ratio`).
 
     >>> dgc = DGC(ratio=0.5, momentum=0.9)
     >>> dgc.decompress(dgc.compress(torch.tensor([1.0, -2.0])))
     tensor([ 0., -2.])
+    >>> DGC(ratio=0.5, clip=1.0).compress(torch.tensor([3.0, 4.0])).nbytes > 0   # scaled to norm 1
+    True
     """
 
     def __init__(self, ratio: float = 0.001, momentum: float = 0.9, warmup_steps: int = 0,
-                 start_ratio: float = 0.25, approximate: bool = True, seed: int = 0):
+                 start_ratio: float = 0.25, approximate: bool = True, seed: int = 0, *,
+                 momentum_correction: bool = True, masking: bool = True, clip: float | None = None):
         super().__init__(TopK(ratio, approximate=approximate, seed=seed))
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
+        for name, flag in (("momentum_correction", momentum_correction), ("masking", masking)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be True or False, got {flag!r}")
+        if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float))
+                                 or not math.isfinite(clip) or clip <= 0):
+            raise ValueError(f"clip must be None or a positive finite norm, got {clip!r}")
         self.final_ratio, self.momentum = check_ratio(ratio), momentum
         self.warmup_steps, self.start_ratio = warmup_steps, check_ratio(start_ratio)
+        self.momentum_correction, self.masking = momentum_correction, masking
+        self.clip = None if clip is None else float(clip)
         self.velocity: torch.Tensor | None = None
+
+    def __repr__(self) -> str:
+        return (f"DGC(ratio={self.final_ratio:g}, momentum={self.momentum:g}, "
+                f"momentum_correction={self.momentum_correction}, masking={self.masking}, "
+                f"clip={self.clip}, warmup_steps={self.warmup_steps}, steps={self.steps})")
 
     def compress(self, grad):
         grad = check_grad(grad, "gradient", self.compressor.nonfinite)
         self.compressor.ratio = warmup_ratio(self.steps, self.final_ratio, self.warmup_steps, self.start_ratio)
         with torch.no_grad():
-            if self.velocity is None:
-                self.velocity = torch.zeros_like(grad)
-            self.velocity.mul_(self.momentum).add_(grad)
+            if self.clip is not None:
+                norm = float(grad.float().norm())
+                if norm > self.clip:
+                    grad = grad * (self.clip / norm)
             r = self._ledger_for(grad)
-            r.add_(self.velocity)
+            if self.momentum_correction:
+                if self.velocity is None:
+                    self.velocity = torch.zeros_like(grad)
+                self.velocity.mul_(self.momentum).add_(grad)
+                r.add_(self.velocity)
+            else:
+                r.add_(grad)
             packet = self.compressor._compress(r)
             self.compressor.subtract_sent(r, packet)
-            idx, _ = self.compressor.sparse_parts_of(packet)
-            self.velocity.view(-1)[idx] = 0          # momentum factor masking
+            if self.momentum_correction and self.masking:
+                idx, _ = self.compressor.sparse_parts_of(packet)
+                self.velocity.view(-1)[idx] = 0          # momentum factor masking
         self.steps += 1
         return packet
 

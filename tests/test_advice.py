@@ -78,3 +78,21 @@ def test_scenarios_are_consistent():
     r = scenarios.cross_region_finetune(codec_ns=FREE)
     assert r["adapter dense step s"] < r["full dense step s"]
     assert math.isfinite(r["full best step s"])
+
+
+def test_powersgd_is_priced_from_the_layer_shapes():
+    from milktea.advice import powersgd_ratio, transformer_shapes
+    free = {name: 0.0 for name in CODEC_NAMES}
+    # brute force: the bytes of P and Q for every matrix, a vector sent whole
+    shapes = [(512, 64), (64,), (10, 512), (10,)]
+    dense = 512 * 64 + 64 + 10 * 512 + 10
+    sent = 4 * (512 + 64) + 64 + 4 * (10 + 512) + 10
+    assert powersgd_ratio(shapes, rank=4) == pytest.approx(dense / sent)
+    small = advise(1e8, 16, 10, 0.5, codec_ns=free, layer_shapes=[(1024, 1024)] * 96)
+    big = advise(1e8, 16, 10, 0.5, codec_ns=free, layer_shapes=[(8192, 8192)] * 2)
+    r_small, r_big = (next(row["R"] for row in a.rows if row["scheme"] == "powersgd") for a in (small, big))
+    assert r_small == pytest.approx(1024 / 8) and r_big == pytest.approx(8192 / 8)
+    # without shapes: a transformer of that size, so wider models compress more
+    shapes_1b = transformer_shapes(1e9)
+    assert sum(m * n for m, n in shapes_1b) == pytest.approx(1e9, rel=0.1)
+    assert powersgd_ratio(transformer_shapes(7e9)) > powersgd_ratio(transformer_shapes(1e8))

@@ -79,3 +79,21 @@ def test_dashboard_redraws_while_training():
     old = d.whatif_out.outputs
     d.whatif.value = 10.0
     assert d.whatif_out.outputs != old
+
+
+def test_loss_trends_name_a_diverging_scheme():
+    from types import SimpleNamespace
+    from milktea.experiments import dashboard as exp
+    up = [{"loss": v} for v in (2.0, 2.1, 2.2, 3.0, 5.0, 9.0)]
+    down = [{"loss": v} for v in (2.3, 2.0, 1.8, 1.0, 0.9, 0.8)]
+    nan = [{"loss": v} for v in (2.3, 1.0, float("nan"), 0.5)]
+    comp = SimpleNamespace(results=[{"label": "dense", "records": down}, {"label": "sign", "records": up},
+                                    {"label": "nan", "records": nan}, {"label": "failed", "error": "x"}])
+    rows = {r["scheme"]: r for r in exp.loss_trends(comp)}
+    assert rows["dense"]["diverging"] is False and rows["sign"]["diverging"] is True
+    assert rows["nan"]["diverging"] is True and "failed" not in rows
+    assert rows["sign"]["first loss"] == pytest.approx(2.1) and rows["sign"]["last loss"] == pytest.approx(17 / 3)
+    text = exp.loss_trend_sentence(comp)
+    assert "sign" in text and "dense" not in text
+    comp.results = comp.results[:1]
+    assert "fell" in exp.loss_trend_sentence(comp)

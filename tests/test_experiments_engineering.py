@@ -104,3 +104,37 @@ def test_accumulation_runs_send_fewer_bytes():
 
 def test_docstrings():
     assert doctest.testmod(eng).failed == 0
+
+
+def _fake_comparison():
+    from types import SimpleNamespace
+    from milktea import cost
+    compute = {"forward_s": 0.01, "backward_s": 0.02, "optimizer_s": 0.001}
+
+    def recs(kind, nbytes, codec, extra):
+        return [{"ops": [(kind, nbytes)], "buckets": 1, "compress_s": codec, "decode_s": 0.0,
+                 "compute": compute, "step_s": s} for s in extra]
+    link = cost.Link.gbit(1.0, 50e-6)
+    dense = recs("allreduce", 4e6, 0.0, [0.09, 0.1, 0.11])
+    sign = recs("allgather", 1.25e5, 0.004, [0.05, 0.06, 0.07])
+    return SimpleNamespace(results=[{"label": "dense", "records": dense}, {"label": "sign", "records": sign}],
+                           skip=0, compute=compute, model_link=link, workers=2,
+                           config={"batch": 32}), link
+
+
+def test_repricing_on_the_runs_own_link_gives_the_measured_step():
+    from milktea import cost
+    from milktea.distributed.report import predict_step
+    from milktea.experiments import dashboard
+    comp, link = _fake_comparison()
+    own = eng.repriced_times(comp, link)
+    assert own == pytest.approx({"dense": 0.1, "sign": 0.06})           # the measured medians
+    pure = eng.repriced_times(comp, link, keep_residual=False)
+    rec = comp.results[1]["records"][0]
+    assert pure["sign"] == pytest.approx(predict_step(comp.compute, rec, link, 2))
+    # a faster link shortens dense more than sign; the two views (curves, table) agree
+    curves = eng.reprice(comp, [1.0, 100.0], latency=link.latency)
+    assert curves["sign"][0] == pytest.approx(0.1 / 0.06) and curves["sign"][1] < curves["sign"][0]
+    rows = dashboard.repriced(comp, 100.0)
+    assert rows[1]["speedup"] == pytest.approx(curves["sign"][1])
+    assert cost.Link.gbit(100.0).bandwidth > link.bandwidth

@@ -118,3 +118,18 @@ def test_docstrings():
     from milktea.experiments import quantization, tables
     assert doctest.testmod(quantization).failed == 0
     assert doctest.testmod(tables).failed == 0
+
+
+def test_snap_measures_every_entry_against_its_own_chunk():
+    # two chunks with very different scales: in units of the first chunk's half step, the
+    # loud chunk's errors would lie far outside +-1; in its own units, every entry is inside
+    x = torch.cat([torch.linspace(-1e-3, 1e-3, 1024), torch.linspace(-5.0, 5.0, 1024)])
+    s = qx.snap(x, bits=4, chunk=1024)
+    assert float(s.error.abs().max()) > 100 * s.half_step
+    scaled = s.error_in_half_steps
+    assert float(scaled.abs().max()) <= 1 + 1e-4
+    ref_step = torch.cat([torch.full((1024,), 1e-3 / 7), torch.full((1024,), 5.0 / 7)])
+    torch.testing.assert_close(scaled, s.error / (ref_step / 2), rtol=1e-4, atol=1e-4)
+    assert qx.snap(x, bits=1).error_in_half_steps is None
+    stochastic = qx.snap(x, bits=4, chunk=1024, stochastic=True)
+    assert float(stochastic.error_in_half_steps.abs().max()) <= 2 + 1e-4

@@ -31,3 +31,13 @@ def test_ratio_is_speedup_by_hand():
 
 def test_docstrings():
     assert doctest.testmod(m).failed == 0
+
+
+def test_compression_pays_is_judged_with_a_gpu_codec_too():
+    v = m.compression_always_pays()
+    assert len(v.numbers["fast"]) == 2 and any("GPU" in k for k in v.numbers["fast"])
+    # a memory-bound GPU codec is far cheaper than this CPU's, so it loses less on the fast link
+    gpu = next(k for k in v.numbers["fast"] if "GPU" in k)
+    cpu = next(k for k in v.numbers["fast"] if "GPU" not in k)
+    assert v.numbers["codec s"][gpu] < v.numbers["codec s"][cpu]
+    assert v.numbers["fast"][gpu] >= v.numbers["fast"][cpu]

@@ -156,3 +156,41 @@ def test_harness_names_the_failing_cell(tmp_path):
         run_notebook(path)
     msg = str(e.value)
     assert "cell 2 failed" in msg and "ZeroDivisionError" in msg and "y = x / 0" in msg
+
+
+# --- one template for every chapter ---------------------------------------------------------
+# (what, a test on the chapter's markdown and code) -- each chapter must have all of them
+SKELETON = [
+    ("learning goals", lambda md, code: "**In this chapter you will**" in md),
+    ("the story", lambda md, code: re.search(r"^## The story", md, re.M) is not None),
+    ("a displayed formula", lambda md, code: "$$" in md),
+    ("a library call", lambda md, code: re.search(r"^\s*(from milktea|import milktea)", code, re.M) is not None),
+    ("an interactive view", lambda md, code: re.search(r"from milktea\.widgets", code) is not None),
+    ("a summary", lambda md, code: re.search(r"^## Summary", md, re.M) is not None),
+    ("an exercise pointer", lambda md, code: re.search(r"^## Exercise", md, re.M) is not None),
+    ("check-yourself questions with answers",
+     lambda md, code: re.search(r"^## Check yourself", md, re.M) is not None and "<summary>Answers</summary>" in md),
+    ("a Next link", lambda md, code: re.search(r"\*\*Next:\*\*[^\n]*\]\(\d\d_[a-z0-9_]+\.ipynb\)", md) is not None),
+]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=_id)
+def test_chapter_follows_the_template(path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    text = lambda kind: "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == kind)
+    md, code = text("markdown"), text("code")
+    missing = [what for what, ok in SKELETON if not ok(md, code)]
+    assert not missing, f"{_id(path)} lacks: {', '.join(missing)}"
+    order = [md.find("**In this chapter you will**"), md.find("## Summary"), md.rfind("**Next:**")]
+    assert order == sorted(order), f"{_id(path)}: goals, then the summary, then the Next link"
+    for target in re.findall(r"\*\*Next:\*\*[^\n]*?\]\((\d\d_[a-z0-9_]+\.ipynb)\)", md):
+        assert (path.parent / target).exists(), f"{_id(path)}: the Next link points to a missing {target}"
+
+
+def test_template_check_catches_a_missing_part():
+    nb = json.loads(CHAPTERS[1].read_text(encoding="utf-8"))
+    md = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert all(ok(md, code) for _, ok in SKELETON)
+    broken = md.replace("## Check yourself", "## Questions")
+    assert [w for w, ok in SKELETON if not ok(broken, code)] == ["check-yourself questions with answers"]

@@ -98,7 +98,7 @@ def measure(compressor: Compressor, tensor: torch.Tensor) -> Measurement:
 
 def default_schemes() -> list[Compressor]:
     """The schemes chapter 02 compares: both families, and the two stacked."""
-    return [Identity(), Cast(torch.float16), Quantize(8), Quantize(4), Sign(), TopK(0.1), TopK(0.01),
+    return [Identity(), Cast(torch.float16), Quantize(8), Quantize(4), Quantize(2), Sign(), TopK(0.1), TopK(0.01),
             RandomK(0.01), Chain(TopK(0.01), Quantize(8))]
 
 

@@ -124,21 +124,14 @@ def evaluation(comparison) -> list[dict]:
     return rows
 
 
-def repriced(comparison, gbit: float, latency: float | None = None) -> list[dict]:
-    """Each scheme's step time and throughput if the same run had a `gbit` link: measured
-    compute and codec time, the collectives it issued priced by the cost model."""
-    from ..distributed.report import predict_step
+def repriced(comparison, gbit: float, latency: float | None = None, keep_residual: bool = True) -> list[dict]:
+    """Each scheme's step time and throughput if the same run had a `gbit` link
+    (`milktea.experiments.engineering.repriced_times`, which this only tabulates)."""
+    from .engineering import repriced_times
     latency = comparison.model_link.latency if latency is None else latency
-    link = cost.Link.gbit(gbit, latency)
+    times = repriced_times(comparison, cost.Link.gbit(gbit, latency), keep_residual)
     batch = comparison.config["batch"] * comparison.workers
-    rows = []
-    for res in comparison.results:
-        if "records" not in res:
-            continue
-        recs = res["records"][comparison.skip:] or res["records"]
-        t = sorted(predict_step(r.get("compute", comparison.compute), r, link, comparison.workers)
-                   for r in recs)[len(recs) // 2]
-        rows.append({"scheme": res["label"], "step ms": 1e3 * t, "samples/s": batch / t})
+    rows = [{"scheme": label, "step ms": 1e3 * t, "samples/s": batch / t} for label, t in times.items()]
     dense = next((r["step ms"] for r in rows if r["scheme"].startswith("dense")), None)
     for r in rows:
         r["speedup"] = dense / r["step ms"] if dense else float("nan")
@@ -185,3 +178,35 @@ def stage_times(comparison, scheme: str, compressor=None, repeats: int = 3) -> l
         stages.update(compress=(med["compress"], p.payload_nbytes), encode=(med["encode"], data.numel()),
                       decode=(med["decode"] * comparison.workers, dense_bytes))
     return [{"stage": s, "seconds": stages[s][0], "bytes": stages[s][1]} for s in STAGES]
+
+
+def loss_trends(comparison, window: int = 3) -> list[dict]:
+    """Each scheme's training loss at the start and the end of the run (means over `window`
+    steps) and whether it rose: a loss that ends above where it began is diverging."""
+    import math
+    out = []
+    for res in comparison.results:
+        recs = res.get("records") or []
+        loss = [r["loss"] for r in recs if "loss" in r]
+        if len(loss) < 2:
+            continue
+        w = max(1, min(window, len(loss) // 2))
+        first, last = sum(loss[:w]) / w, sum(loss[-w:]) / w
+        finite = all(math.isfinite(v) for v in loss)
+        out.append({"scheme": res["label"], "first loss": first, "last loss": last,
+                    "diverging": (not finite) or last > first})
+    return out
+
+
+def loss_trend_sentence(comparison) -> str:
+    """One sentence from `loss_trends`: which schemes' loss fell, and which rose."""
+    rows = loss_trends(comparison)
+    bad = [r for r in rows if r["diverging"]]
+    if not bad:
+        return (f"Every scheme's training loss fell over the run (first and last steps averaged): "
+                + ", ".join(f"{r['scheme']} {r['first loss']:.2f} → {r['last loss']:.2f}" for r in rows) + ".")
+    return ("**Diverging:** " + ", ".join(f"{r['scheme']} (training loss {r['first loss']:.2f} → {r['last loss']:.2f})"
+                                          for r in bad)
+            + ". Its loss ends above where it began, whatever its accuracy after these few steps says. With the "
+              "shared learning rate and momentum 0.9, a biased compressor's ledger can feed the momentum large, "
+              "delayed lumps (chapter 04); give it its own learning rate, less momentum, or DGC's momentum correction.")

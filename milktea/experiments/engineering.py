@@ -268,30 +268,44 @@ def accumulation_runs(task, accumulate=(1, 2, 4, 8), micro_batch: int = 16, samp
 
 # --- re-pricing a measured comparison on other links --------------------------------------
 
-def reprice(comparison, gbits, latency: float | None = None, skip: int | None = None) -> dict:
-    """Step time of each scheme of a measured `milktea.distributed.compare` run, re-priced on links
-    of other bandwidths: the measured compute and codec time stay, the collectives each step
-    really issued are priced by the cost model. Returns {"gbit": [...], label: [speedup over
-    dense, ...]}."""
+def repriced_times(comparison, link: cost.Link, keep_residual: bool = True) -> dict:
+    """{label: step seconds} of each scheme of a measured `milktea.distributed.compare` run, if
+    its link had been `link`: the measured compute and codec time stay, and the collectives each
+    step really issued are priced by the cost model (median over the timed steps).
+
+    keep_residual: also keep, step by step, what the cost model did not explain on the run's own
+    link (measured step minus its prediction there: stragglers, Python work in the hook, waiting
+    for the slower rank). Then on the run's own link the re-priced time *is* the measured one,
+    and the what-if only moves what the link changes. Without it, the pure model is returned."""
     from ..distributed.report import predict_step
-    latency = comparison.model_link.latency if latency is None else latency
-    skip = comparison.skip if skip is None else skip
-    times = {}
+    out = {}
     for res in comparison.results:
         if "records" not in res:
             continue
-        recs = res["records"][skip:]
-        times[res["label"]] = [
-            sorted(predict_step(r.get("compute", comparison.compute), r, cost.Link.gbit(b, latency),
-                                comparison.workers) for r in recs)[len(recs) // 2]
-            for b in gbits]
-    dense = next((v for k, v in times.items() if k.startswith("dense")), None)
+        recs = res["records"][comparison.skip:] or res["records"]
+        ts = []
+        for r in recs:
+            compute = r.get("compute", comparison.compute)
+            t = predict_step(compute, r, link, comparison.workers)
+            if keep_residual and "step_s" in r:
+                t += r["step_s"] - predict_step(compute, r, comparison.model_link, comparison.workers)
+            ts.append(t)
+        out[res["label"]] = sorted(ts)[len(ts) // 2]
+    return out
+
+
+def reprice(comparison, gbits, latency: float | None = None, keep_residual: bool = True) -> dict:
+    """Speedup over dense of each scheme of a measured comparison, re-priced on links of other
+    bandwidths (see `repriced_times`). Returns {"gbit": [...], label: [speedup, ...]}."""
+    latency = comparison.model_link.latency if latency is None else latency
+    per_link = [repriced_times(comparison, cost.Link.gbit(b, latency), keep_residual) for b in gbits]
+    dense = next((k for k in per_link[0] if k.startswith("dense")), None)
     if dense is None:
         raise ValueError("the comparison has no dense run to compare against")
     out = {"gbit": list(gbits)}
-    for label, ts in times.items():
-        if not label.startswith("dense"):
-            out[label] = [d / t for d, t in zip(dense, ts)]
+    for label in per_link[0]:
+        if label != dense:
+            out[label] = [t[dense] / t[label] for t in per_link]
     return out
 
 
@@ -305,3 +319,99 @@ def crossing(gbits, speedups) -> float:
             f = math.log(s0) / (math.log(s0) - math.log(s1))
             return math.exp(math.log(b0) + f * (math.log(b1) - math.log(b0)))
     return math.inf
+
+
+def model_errors(comparison) -> list[dict]:
+    """Where the cost model misses, per scheme of a measured comparison: measured and predicted
+    step, and the time inside the collectives, measured and as the model prices the collectives
+    the steps really issued (on the calibrated link). Medians over the timed steps (ms)."""
+    out = []
+    for res in comparison.results:
+        if "records" not in res:
+            continue
+        recs = res["records"][comparison.skip:] or res["records"]
+        priced = sorted(sum(cost.comm_time(n, comparison.workers, comparison.model_link, kind)
+                            for kind, n in r.get("ops") or []) for r in recs)[len(recs) // 2]
+        row = next(r for r in comparison.rows if r["label"] == res["label"])
+        out.append({"scheme": res["label"], "measured ms": row["step_ms"], "predicted ms": row["predicted_ms"],
+                    "model error": row["step_ms"] / row["predicted_ms"] - 1,
+                    "collectives, measured ms": row.get("comm_ms", float("nan")),
+                    "collectives, priced ms": 1e3 * priced})
+    return out
+
+
+def model_error_sentence(comparison, tolerance: float = 0.2) -> str:
+    """One paragraph on the cost model's misses in a measured comparison, from its numbers."""
+    rows = model_errors(comparison)
+    good = [r["scheme"] for r in rows if abs(r["model error"]) <= tolerance]
+    bad = [r for r in rows if abs(r["model error"]) > tolerance]
+    text = (f"The cost model is within ±{tolerance:.0%} of the measured step for "
+            f"{', '.join(good) if good else 'no scheme'}.")
+    for r in bad:
+        gap = r["measured ms"] - r["predicted ms"]
+        inside = r["collectives, measured ms"] - r["collectives, priced ms"]
+        text += (f" **{r['scheme']}**: predicted {r['predicted ms']:.1f} ms, measured {r['measured ms']:.1f} ms "
+                 f"({r['model error']:+.0%}); its collectives took {r['collectives, measured ms']:.1f} ms against "
+                 f"{r['collectives, priced ms']:.1f} ms priced, so {inside:.1f} of the {gap:.1f} ms gap is "
+                 f"{'inside' if abs(inside) >= abs(gap) / 2 else 'mostly outside'} the collectives.")
+    if bad:
+        text += (" Inside the collectives the model misses waiting for the other rank and each collective's "
+                 "fixed costs beyond the fitted α (PowerSGD issues two all-reduces one after the other, a sparse "
+                 "all-gather first exchanges sizes); outside them, the hook's own work that the codec timer does "
+                 "not cover. Read the predictions as a guide to where time goes, not as a stopwatch.")
+    return text
+
+
+# --- verdicts of the A/B chapter, in words, from a measured comparison ----------------------
+
+def ab_verdict(comparison) -> str:
+    """Dense's step, the fastest scheme and its speedup, in one paragraph."""
+    rows = [r for r in comparison.rows if "error" not in r]
+    dense = rows[0]
+    fastest = max((r for r in rows if "speedup" in r), key=lambda r: r["speedup"])
+    return (f"{comparison.where}, {comparison.workers} workers. Dense takes **{dense['step_ms']:.0f} ms** per step; "
+            f"the fastest scheme here, {fastest['label']}, takes **{fastest['step_ms']:.0f} ms** "
+            f"({fastest['speedup']:.2f}x). The crosses mark the calibrated cost model's prediction from the bytes each "
+            f"scheme really sent plus its measured compute and codec time; the orange part is the time measured "
+            f"inside the collectives, the grey part what none of the measured parts accounts for. Where a compressed "
+            f"scheme is slower than its bytes suggest, look at its codec time: on a CPU, compressing can cost as much "
+            f"as the link saves.")
+
+
+def behind_dense(comparison, points: float = 5.0) -> str:
+    """A line naming the schemes more than `points` accuracy points behind dense ('' if none)."""
+    rows = [r for r in comparison.rows if "error" not in r]
+    dense = rows[0]
+    behind = [r["label"] for r in rows[1:] if r.get("accuracy", 1) < dense["accuracy"] - points / 100]
+    if not behind:
+        return ""
+    return (f"More than {points:g} points behind dense after {comparison.config['steps']} steps: {', '.join(behind)} "
+            "(all runs share dense SGD's learning rate and momentum; biased compressors usually want their own).")
+
+
+def crossing_lines(gbits, curves: dict) -> list[str]:
+    """For each re-priced curve: where compression stops paying, in words."""
+    out = []
+    for label, speedups in curves.items():
+        if label == "gbit":
+            continue
+        b = crossing(gbits, speedups)
+        where = ("pays on every link tried" if b == math.inf else
+                 "never pays here" if b == 0 else f"stops paying above {b:.2g} Gbit/s")
+        out.append(f"{label:<34} {where}")
+    return out
+
+
+def loopback_verdict(fast, slow_dense_ms: float) -> str:
+    """What the loopback run (no emulated link) says, from its numbers."""
+    rows = [r for r in fast.rows if "error" not in r]
+    dense = rows[0]
+    slower = [r["label"] for r in rows[1:] if r.get("speedup", 1) < 1]
+    text = (f"On loopback a dense step takes {dense['step_ms']:.1f} ms, {dense['comm_ms']:.1f} ms of it inside the "
+            f"all-reduce, against {slow_dense_ms:.0f} ms on the 1 Gbit/s link. {len(slower)} of {len(rows) - 1} "
+            f"compressed schemes are slower than dense here" + (f": {', '.join(slower)}." if slower else "."))
+    if len(slower) == len(rows) - 1:
+        return text + " When the link is not the bottleneck, the best compressor is none."
+    return text + (" Even loopback is not free on a busy CPU (the bytes are copied through the kernel), so a scheme "
+                   "with a cheap codec can still win a little here; the re-priced curves above show a link that is "
+                   "really fast.")

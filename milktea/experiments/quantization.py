@@ -271,10 +271,20 @@ class Snap:
     nbytes: int
     ratio: float
     rel_error: float
+    steps: torch.Tensor | None = None   # each entry's own chunk step (None for 1-bit sign)
 
     @property
     def error(self) -> torch.Tensor:
         return self.y - self.x
+
+    @property
+    def error_in_half_steps(self) -> torch.Tensor | None:
+        """Each entry's error divided by half of *its own chunk's* step: within [-1, 1] when
+        rounding to nearest, [-2, 2] with stochastic rounding; None for sign."""
+        if self.steps is None:
+            return None
+        half = self.steps / 2
+        return torch.where(half > 0, self.error / half.clamp_min(1e-30), torch.zeros_like(half))
 
 
 def snap(x: torch.Tensor, bits: int = 4, chunk: int | None = 1024, stochastic: bool = False,
@@ -288,7 +298,9 @@ def snap(x: torch.Tensor, bits: int = 4, chunk: int | None = 1024, stochastic: b
         scale = float(from_bytes(p.parts[1], torch.float32)[0])
         grid, half = torch.tensor([-scale, scale]), 0.0
     else:
-        step = float(steps_of(p)[0])
+        steps = steps_of(p)
+        step = float(steps[0])
         q = 2 ** (bits - 1) - 1
         grid, half = torch.arange(-q, q + 1, dtype=torch.float32) * step, step / 2
+        return Snap(c.name, x, y, grid, half, p.nbytes, p.ratio, relative_error(x, y), steps)
     return Snap(c.name, x, y, grid, half, p.nbytes, p.ratio, relative_error(x, y))

@@ -6,5 +6,6 @@ from . import compression  # noqa: F401
 from . import dashboard  # noqa: F401
 from . import engineering  # noqa: F401
 from . import ledger  # noqa: F401
+from . import lowrank  # noqa: F401
 from . import quantization  # noqa: F401
 from . import topk  # noqa: F401

@@ -18,7 +18,9 @@ def tradeoff_plot(curves: dict[str, list[Measurement]], ax=None, highlight: Meas
         ax.plot([m.ratio for m in ms], [m.rel_error for m in ms], style, color=color, label=name, ms=5)
         if name == "quantize":
             for m in ms:
-                ax.annotate(m.name, (m.ratio, m.rel_error), textcoords="offset points", xytext=(4, -10), fontsize=7)
+                # above the point: below it, a label near zero error (int8) falls off the axes
+                ax.annotate(m.name, (m.ratio, m.rel_error), textcoords="offset points", xytext=(3, 5), fontsize=7,
+                            annotation_clip=False)
     if highlight is not None:
         ax.plot([highlight.ratio], [highlight.rel_error], "*", color="tab:red", ms=16,
                 label=f"now: {highlight.name}", zorder=5)

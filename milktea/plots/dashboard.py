@@ -91,6 +91,13 @@ def evaluation(rows, ax=None):
                    label=f"{r['scheme']} (R={R:.0f})")
     ax.axvline(1.0, color="k", lw=0.8)
     ax.set_xscale("log")
+    # a narrow log range gets a single decade tick: place readable ticks across the data instead
+    speeds = [r["speedup"] for r in rows if isinstance(r.get("speedup"), float) and r["speedup"] > 0]
+    lo, hi = min(speeds + [1.0]) / 1.15, max(speeds + [1.0]) * 1.15
+    nice = [0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 7, 10, 20, 30, 50, 100]
+    ticks = [t for t in nice if lo <= t <= hi]
+    ax.set_xlim(lo, hi)
+    ax.set_xticks(ticks)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("speedup over dense (measured step time)")

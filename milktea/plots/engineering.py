@@ -124,3 +124,45 @@ def speedup(curves, breakeven: dict | None = None, ax=None):
     ax.set_title("below the line (shaded), compression costs time")
     ax.legend(fontsize="small")
     return ax
+
+
+def ab_step_times(comparison, ax=None):
+    """Stacked bars per scheme, all measured: compute (the compute-only probe), codec
+    (compress + decode), time inside the collectives, and the rest of the step (what none of
+    these accounts for: waiting for the slower rank, the hook's own Python work). A cross marks
+    the cost model's prediction. The legend sits outside the bars."""
+    rows = [r for r in comparison.rows if "error" not in r]
+    if ax is None:
+        import matplotlib.pyplot as plt
+        _, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.4))
+    comp = 1e3 * sum(comparison.compute.values())
+    parts = (("compute", "tab:blue"), ("compress + decode", "tab:green"),
+             ("inside the collectives (measured)", "tab:orange"), ("rest of the step", "tab:gray"))
+    for i, r in enumerate(rows):
+        codec, comm = r.get("codec_ms", 0.0), r.get("comm_ms", 0.0)
+        rest = max(0.0, r["step_ms"] - comp - codec - comm)
+        left = 0.0
+        for (name, color), width in zip(parts, (comp, codec, comm, rest)):
+            ax.barh(i, width, left=left, color=color, label=name if i == 0 else None)
+            left += width
+        ax.plot(r["step_ms"], i, "k|", ms=16, mew=2, label="measured step" if i == 0 else None)
+        ax.plot(r["predicted_ms"], i, "kx", ms=8, label="cost model" if i == 0 else None)
+    ax.set_yticks(range(len(rows)), [r["label"] for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per step (the bars' parts can overlap in time: their sum may exceed the step)")
+    ax.set_title(f"step time, {comparison.where.split(',')[0]}", fontsize=10)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+    return ax
+
+
+def ab_accuracy(comparison, ax=None):
+    """Test accuracy after the run, one bar per scheme."""
+    rows = [r for r in comparison.rows if "error" not in r]
+    if ax is None:
+        import matplotlib.pyplot as plt
+        _, ax = plt.subplots(figsize=(5, 0.45 * len(rows) + 1.4))
+    ax.barh([r["label"] for r in rows], [r["accuracy"] for r in rows], color="tab:green")
+    ax.invert_yaxis()
+    ax.set_xlabel(f"test accuracy after {comparison.config['steps']} steps")
+    ax.set_xlim(0, 1)
+    return ax

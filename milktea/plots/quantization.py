@@ -174,16 +174,23 @@ def snap(s, fig=None, show: int = 40):
     top.set_xlim(lo - 0.05 * (hi - lo + 1e-12), hi + 0.05 * (hi - lo + 1e-12))
     top.set_ylim(-0.4, 1.4)
     top.set_title(f"{s.name}: {s.nbytes} bytes (R={s.ratio:.1f}x), relative error {s.rel_error:.3f}")
-    err = s.error.numpy()
-    bottom.hist(err, bins=60, color="tab:purple", alpha=0.8)
-    if s.half_step > 0:
-        for v in (-s.half_step, s.half_step):
+    scaled = s.error_in_half_steps
+    if scaled is not None:
+        # each entry against its own chunk's half step, so one pair of dashed lines fits every chunk
+        err = scaled.numpy()
+        bottom.hist(err, bins=60, color="tab:purple", alpha=0.8)
+        for v in (-1.0, 1.0):
             bottom.axvline(v, color="tab:red", ls="--")
-        bottom.set_title(f"error of all {len(err)} entries; dashed: ± half a step (first chunk)", fontsize=9)
+        bottom.set_title(f"error of all {len(err)} entries, each in half-steps of its own chunk; "
+                         f"dashed: the rounding-to-nearest bound", fontsize=9)
+        bottom.set_xlabel("(decoded - original) / (own chunk's step / 2)")
+        spread = max(abs(err.min()), abs(err.max()), 1.2)
     else:
+        err = s.error.numpy()
+        bottom.hist(err, bins=60, color="tab:purple", alpha=0.8)
         bottom.set_title(f"error of all {len(err)} entries (1 bit: no grid bound)", fontsize=9)
-    bottom.set_xlabel("decoded - original")
-    spread = max(abs(err.min()), abs(err.max()), 1.2 * s.half_step, 1e-12)
+        bottom.set_xlabel("decoded - original")
+        spread = max(abs(err.min()), abs(err.max()), 1e-12)
     bottom.set_xlim(-spread * 1.05, spread * 1.05)
     if not math.isfinite(spread):
         bottom.set_xlim(-1, 1)

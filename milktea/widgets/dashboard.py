@@ -7,7 +7,7 @@ import html
 from ..experiments import dashboard as exp
 from ..experiments.tables import html_table
 from ..plots import dashboard as plots
-from .figure_output import new_figure, show_figure, show_html
+from .panel import new_figure, show_figure, show_html
 
 LINKS = [("0.1 Gbit/s", 0.1), ("0.3 Gbit/s", 0.3), ("1 Gbit/s", 1.0), ("3 Gbit/s", 3.0), ("10 Gbit/s", 10.0),
          ("loopback (no emulation)", 0.0)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 from .. import cost
 from ..experiments import engineering as exp
 from ..plots import engineering as plots
-from .figure_output import new_figure, show_figure
+from .panel import new_figure, show_figure
 
 BUCKETS_MB = [0.5, 1, 2, 4, 8, 16, 25, 50, 100, 400]
 RATIOS = [1, 2, 4, 8, 32, 100]

@@ -1,12 +1,16 @@
-"""The plumbing every view shares: controls, a readout and a figure, redrawn through
-library functions whenever a control moves.
+"""The plumbing every view shares: figures drawn off-screen (no pyplot) and shown as PNG,
+either in a ready-made panel or in an ipywidgets Output that a view redraws itself.
 
-A view is an ipywidgets VBox with three extra attributes, so tests (and curious readers)
-can drive it without a browser:  `view.controls` (name -> control), `view.readout` (the
-HTML numbers) and `view.image` (the figure as PNG bytes); `view.refresh()` redraws.
+`view(controls, update)` is the ready-made panel: an ipywidgets VBox with three extra
+attributes, so tests (and curious readers) can drive it without a browser:
+`view.controls` (name -> control), `view.readout` (the HTML numbers) and `view.image` (the
+figure as PNG bytes); `view.refresh()` redraws. Views with their own layout (several panels,
+a live dashboard) draw on `new_figure()` and put it into an Output with `show_figure`, which
+updates the same way in JupyterLab, in a headless test and in a callback outside any cell.
 """
 from __future__ import annotations
 
+import base64
 import io
 from typing import Callable
 
@@ -26,9 +30,39 @@ def render(draw: Callable[[Figure], None], figsize=(7, 3), dpi: int = 80, margin
         fig.subplots_adjust(**margins)
     else:
         fig.tight_layout()
+    return png_bytes(fig, dpi)
+
+
+def new_figure(figsize) -> Figure:
+    """A matplotlib Figure that pyplot does not track (it never shows up on its own)."""
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def png_bytes(fig: Figure, dpi: int = 80) -> bytes:
+    """The figure as PNG bytes."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     return buf.getvalue()
+
+
+def show_figure(out, fig: Figure, text: str = "", dpi: int = 80) -> None:
+    """Replace what the Output `out` shows with `fig` (and an optional line of HTML above it)."""
+    items = [_html(text)] if text else []
+    items.append({"output_type": "display_data", "metadata": {},
+                  "data": {"image/png": base64.b64encode(png_bytes(fig, dpi)).decode("ascii"),
+                           "text/plain": f"<figure {fig.get_label() or ''}>"}})
+    out.outputs = tuple(items)
+
+
+def show_html(out, html: str) -> None:
+    """Replace what the Output `out` shows with an HTML fragment."""
+    out.outputs = (_html(html),)
+
+
+def _html(html: str) -> dict:
+    return {"output_type": "display_data", "metadata": {}, "data": {"text/html": html, "text/plain": html}}
 
 
 def table(rows: list[tuple[str, str]]) -> str:

@@ -5,7 +5,7 @@ import torch
 
 from ..experiments import quantization as exp
 from ..plots import quantization as plots
-from .figure_output import new_figure, show_figure
+from .panel import new_figure, show_figure
 
 # (label, entries per scale); 0 stands for one scale for the whole tensor
 CHUNKS = [("whole tensor", 0), ("4096", 4096), ("1024", 1024), ("256", 256), ("64", 64)]

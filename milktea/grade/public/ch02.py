@@ -1,7 +1,7 @@
 """Public tests of exercise 02 (compress the report): ratio from real bytes, error, speed-up."""
 import numpy as np
 
-from ..spec import Case, Task, number
+from ..spec import Case, Task, number, several
 
 DTYPES = (np.float16, np.float32, np.float64, np.int32, np.uint8, np.int8)
 
@@ -58,6 +58,16 @@ def _break_even_cases(rng, ref):
     return fixed + rand
 
 
+def _gather_cases(rng, ref):
+    fixed = [Case("the chapter's 1.6 GB, R = 8, 64 workers on 25 Gbit/s", (1.6e9, 8.0, 64, 50e-6, 25e9 / 8)),
+             Case("no latency: break-even at N / 2", (1e8, 4.0, 16, 0.0, 1.25e9)),
+             Case("two workers", (4e6, 2.0, 2, 1e-5, 1e9)),
+             Case("latency dominates: a tiny gradient", (1e3, 100.0, 32, 1e-4, 1.25e10))]
+    rand = [Case("random cluster", (float(rng.uniform(1e3, 1e10)), float(rng.uniform(1, 1000)), int(rng.integers(2, 512)),
+                                    float(rng.uniform(0, 1e-3)), float(rng.uniform(1e8, 5e10)))) for _ in range(4)]
+    return fixed + rand
+
+
 TASKS = [
     Task("02.1", "compression_ratio", 2, "compression ratio from the real bytes on the wire",
          _ratio_cases, number(rtol=1e-9), ("grad", "parts")),
@@ -67,4 +77,8 @@ TASKS = [
          _speedup_cases, number(rtol=1e-9), ("compute_s", "comm_s", "ratio", "codec_s")),
     Task("02.4", "break_even_ratio", 2, "the smallest ratio that pays for its coding time",
          _break_even_cases, number(rtol=1e-9), ("compute_s", "comm_s", "codec_s")),
+    Task("02.5", "allgather_vs_ring", 3, "all-gathered packets against a ring all-reduce, and the break-even R",
+         _gather_cases, several(number(rtol=1e-9, atol=1e-15), number(rtol=1e-9, atol=1e-15), number(rtol=1e-9),
+                                names=("t_ring", "t_gather", "break_even")),
+         ("nbytes", "ratio", "workers", "alpha", "bandwidth")),
 ]

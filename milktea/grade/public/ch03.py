@@ -28,7 +28,7 @@ def _unpack_cases(rng, ref):
 
 
 TASKS = [
-    Task("03.1", "topk_threshold", 2, "the Top-K threshold with np.partition",
+    Task("03.1", "topk_threshold", 2, "the Top-K threshold (the K-th largest magnitude)",
          _inputs, number(rtol=1e-6), ("x", "k")),
     Task("03.2", "topk_sparsify", 2, "keep the K biggest changes, zero the rest",
          _inputs, array(same_dtype_as=0), ("x", "k")),

@@ -1,7 +1,7 @@
 """Public tests of exercise 05 (quantization): absmax int8, dequantize, stochastic, int4 packing."""
 import numpy as np
 
-from ..spec import Case, Task, _num, array, byte_array, number, show
+from ..spec import Case, Task, _num, array, byte_array, number, several, show
 
 
 def _levels(bits):
@@ -99,6 +99,31 @@ def _pack_cases(rng, ref):
     return fixed + rand
 
 
+def _sign_cases(rng, ref):
+    fixed = [Case("empty ledger", (np.array([0.3, -0.1, 0.05, -0.6]), np.zeros(4))),
+             Case("a zero entry is sent as +scale", (np.array([0.0, 1.0, -1.0]), np.zeros(3))),
+             Case("the ledger flips a sign", (np.array([0.1, 0.1]), np.array([-0.5, 0.0]))),
+             Case("a matrix", (np.arange(-6.0, 6.0).reshape(3, 4) / 7, np.full((3, 4), 0.01))),
+             Case("all zeros", (np.zeros(5), np.zeros(5)))]
+    rand = []
+    for _ in range(4):
+        n = int(rng.integers(1, 3000))
+        rand.append(Case("random gradient and ledger", (rng.standard_normal(n) * rng.uniform(1e-4, 1),
+                                                        rng.standard_normal(n) * rng.uniform(0, 1e-2))))
+    return fixed + rand
+
+
+def _sign_compare(expected, got, args):
+    problem = several(array(rtol=1e-9, atol=1e-12), array(rtol=1e-9, atol=1e-12),
+                      names=("sent", "new_residual"))(expected, got, args)
+    if problem:
+        return problem
+    total = np.asarray(args[0], np.float64) + np.asarray(args[1], np.float64)
+    if not np.allclose(np.asarray(got[0], np.float64) + np.asarray(got[1], np.float64), total, atol=1e-12):
+        return "sent + new_residual must equal grad + residual: something was lost"
+    return None
+
+
 TASKS = [
     Task("05.1", "absmax_quantize", 3, "absmax quantization within half a step",
          _quantize_cases, _quantize_compare, ("x", "bits")),
@@ -108,4 +133,6 @@ TASKS = [
          _stochastic_cases, _stochastic_compare, ("x", "scale", "u", "bits")),
     Task("05.4", "pack_int4", 2, "two 4-bit codes per byte",
          _pack_cases, byte_array(), ("codes",)),
+    Task("05.5", "sign_ef_step", 3, "sign + scale with the ledger",
+         _sign_cases, _sign_compare, ("grad", "residual")),
 ]

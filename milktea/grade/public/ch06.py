@@ -1,7 +1,7 @@
 """Public tests of exercise 06 (engineering): 1-byte delta indices (delta8), the overlap timeline."""
 import numpy as np
 
-from ..spec import Case, Task, array, byte_array, number, show
+from ..spec import Case, Task, array, byte_array, number, several, show
 
 
 def _index_sets(rng, ref):
@@ -54,6 +54,53 @@ def _step_cases(rng, ref):
     return cases
 
 
+def _accumulation_cases(rng, ref):
+    fixed = [Case("8 micro-batches, without no_sync()", (0.05, 0.2, 100e6, 32, 8, False)),
+             Case("8 micro-batches, with no_sync()", (0.05, 0.2, 100e6, 32, 8, True)),
+             Case("no accumulation: no_sync() changes nothing", (0.1, 0.3, 4e6, 16, 1, True))]
+    rand = [Case("random step", (float(rng.uniform(0.001, 1)), float(rng.uniform(0, 2)), float(rng.uniform(1e3, 1e10)),
+                                 int(rng.integers(1, 256)), int(rng.integers(1, 64)), bool(rng.integers(0, 2))))
+            for _ in range(6)]
+    return fixed + rand
+
+
+def _power_cases(rng, ref):
+    u, v = rng.standard_normal(7), rng.standard_normal(5)
+    fixed = [Case("a rank-1 matrix is rebuilt exactly at rank 1", (np.outer(u, v), rng.standard_normal((5, 1)))),
+             Case("rank 2 of a 6 x 4 matrix", (rng.standard_normal((6, 4)), rng.standard_normal((4, 2)))),
+             Case("full rank: the matrix itself", (rng.standard_normal((3, 3)), rng.standard_normal((3, 3)))),
+             Case("a tall gradient, rank 4", (rng.standard_normal((64, 16)) * 0.01, rng.standard_normal((16, 4))))]
+    rand = []
+    for _ in range(4):
+        m, n = int(rng.integers(2, 80)), int(rng.integers(2, 80))
+        r = int(rng.integers(1, min(m, n) + 1))
+        rand.append(Case("random matrix and start", (rng.standard_normal((m, n)), rng.standard_normal((n, r)))))
+    return fixed + rand
+
+
+def _hook_cases(rng, ref):
+    fixed = [Case("two workers", ([np.array([1.0, 2.0, 3.0], np.float32), np.array([3.0, 2.0, 1.0], np.float32)],)),
+             Case("one worker alone", ([np.array([0.5, -0.25], np.float32)],)),
+             Case("large values: divide before the sum", ([np.full(4, 40000.0, np.float32)] * 4,))]
+    rand = []
+    for _ in range(4):
+        n, w = int(rng.integers(1, 5000)), int(rng.integers(2, 9))
+        rand.append(Case("random bucket", ([(rng.standard_normal(n) * rng.uniform(1e-3, 10)).astype(np.float32)
+                                            for _ in range(w)],)))
+    return fixed + rand
+
+
+def _hook_compare(expected, got, args):
+    if not isinstance(got, (list, tuple)) or len(got) != 2:
+        return f"run_hook should return (averaged bucket, bytes sent), got {show(got)}"
+    if not isinstance(got[1], (int, np.integer)) or int(got[1]) != int(expected[1]):
+        return (f"bytes sent: expected {int(expected[1])} (2 bytes per entry: float16), got {show(got[1])}")
+    # fp16 keeps about 3 significant digits; the sum of N values divided by N is rounded once per worker
+    exact = np.mean([np.asarray(g, np.float64) for g in args[0]], axis=0)
+    scale = max(float(np.abs(exact).max()), 1e-30)
+    return array(dtype=np.float32, rtol=2e-3, atol=2e-3 * scale)(expected[0], got[0], args)
+
+
 TASKS = [
     Task("06.1", "delta_encode", 3, "1-byte delta indices with escapes",
          _index_sets, byte_array(), ("indices",)),
@@ -63,4 +110,11 @@ TASKS = [
          _timelines, array(rtol=1e-9, atol=1e-12), ("backward_s", "comm_s")),
     Task("06.4", "step_time", 2, "one step, in series or overlapped",
          _step_cases, number(rtol=1e-9, atol=1e-12), ("forward_s", "backward_s", "comm_s", "overlap")),
+    Task("06.5", "accumulation_cost", 2, "time and bytes per sample, with and without no_sync()",
+         _accumulation_cases, several(number(rtol=1e-9), number(rtol=1e-9), names=("seconds_per_sample", "bytes_per_sample")),
+         ("compute_s", "comm_s", "grad_bytes", "micro_batch", "accumulate", "no_sync")),
+    Task("06.6", "power_step", 3, "one PowerSGD power step",
+         _power_cases, array(rtol=1e-6, atol=1e-9), ("m", "q")),
+    Task("06.7", "run_hook", 3, "an fp16 communication hook, run on a fake bucket",
+         _hook_cases, _hook_compare, ("grads",)),
 ]

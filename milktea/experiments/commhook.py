@@ -1,0 +1,251 @@
+"""PyTorch's DDP communication-hook API, bare (chapter 06): a hook is a function
+`hook(state, bucket) -> Future` that DDP calls once per bucket of gradients, instead of
+its own all-reduce. The future's value replaces the bucket's contents.
+
+The hooks in this course are written against a tiny `state`: `state.world_size` and
+`state.allreduce(tensor) -> Future` (whose value is `[summed tensor]`, as
+`dist.all_reduce(t, async_op=True).get_future()` gives). `Group` is the real one (a
+process group); `FakeGroup` and `FakeBucket` run a hook in one process, with no process
+group at all, which is how a hook is unit-tested (and how the exercise grades one).
+
+    >>> import torch
+    >>> def halve(state, bucket):     # a do-nothing "hook": average the bucket in fp32
+    ...     fut = state.allreduce(bucket.buffer() / state.world_size)
+    ...     return fut.then(lambda f: f.value()[0])
+    >>> run_fake(halve, [torch.ones(3), 3 * torch.ones(3)])["result"]
+    tensor([2., 2., 2.])
+"""
+from __future__ import annotations
+
+import torch
+
+
+class FakeBucket:
+    """What DDP hands a hook: `.buffer()` (the flat gradients), `.index()`, `.is_last()`."""
+
+    def __init__(self, buffer: torch.Tensor, index: int = 0, last: bool = True):
+        if not isinstance(buffer, torch.Tensor) or buffer.dim() != 1:
+            raise TypeError("a bucket's buffer is a flat (1-d) torch.Tensor")
+        self._buffer, self._index, self._last = buffer, int(index), bool(last)
+
+    def buffer(self) -> torch.Tensor:
+        return self._buffer
+
+    def index(self) -> int:
+        return self._index
+
+    def is_last(self) -> bool:
+        return self._last
+
+    def __repr__(self) -> str:
+        return f"FakeBucket({self._buffer.numel()} {self._buffer.dtype} entries, index={self._index})"
+
+
+class FakeGroup:
+    """A stand-in for N workers, each assumed to run the same hook on its own gradient:
+    `allreduce(t)` adds to t every other worker's gradient divided by the world size and cast
+    to t's dtype (what that worker would send), and returns a completed Future of [sum]. It
+    records the dtype and bytes of every tensor the hook sends."""
+
+    def __init__(self, others: list):
+        self.others = [torch.as_tensor(o) for o in others]
+        self.world_size = len(self.others) + 1
+        self.sent: list[tuple[torch.dtype, int]] = []
+
+    def allreduce(self, tensor: torch.Tensor) -> torch.futures.Future:
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"allreduce takes a torch.Tensor, got {type(tensor).__name__}")
+        self.sent.append((tensor.dtype, tensor.numel() * tensor.element_size()))
+        total = tensor.clone()
+        for o in self.others:
+            total += (o.reshape(tensor.shape) / self.world_size).to(tensor.dtype)
+        fut = torch.futures.Future()
+        fut.set_result([total])
+        return fut
+
+
+class Group:
+    """The real state: all-reduce on the default process group (inside a launched worker)."""
+
+    def __init__(self):
+        import torch.distributed as dist
+        self.world_size = dist.get_world_size()
+        self.sent: list[tuple[torch.dtype, int]] = []
+
+    def allreduce(self, tensor):
+        import torch.distributed as dist
+        self.sent.append((tensor.dtype, tensor.numel() * tensor.element_size()))
+        return dist.all_reduce(tensor, async_op=True).get_future()
+
+
+def run_fake(hook, grads: list) -> dict:
+    """Run `hook` as worker 0 of len(grads) workers (each a flat float32 gradient); return
+    what DDP would put into the bucket and what crossed the (fake) wire."""
+    mine = torch.as_tensor(grads[0]).clone()
+    group = FakeGroup([torch.as_tensor(g) for g in grads[1:]])
+    fut = hook(group, FakeBucket(mine))
+    if not (hasattr(fut, "wait") and hasattr(fut, "then")):
+        raise TypeError(f"a communication hook returns a torch.futures.Future, got {type(fut).__name__}")
+    out = fut.wait()
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    return {"result": out, "sent": group.sent, "bytes sent": sum(b for _, b in group.sent)}
+
+
+def _compile(source: str, name: str):
+    import torch.distributed as dist
+    space = {"torch": torch, "dist": dist}
+    exec(compile(source, f"<hook {name}>", "exec"), space)   # the reader's own cell, on their machine
+    if not callable(space.get(name)):
+        raise ValueError(f"the source defines no function named {name!r}")
+    return space[name]
+
+
+def _model(seed: int = 0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+                               torch.nn.ReLU(), torch.nn.Linear(512, 10))
+
+
+def _grads_after(ddp, x, y) -> torch.Tensor:
+    ddp.zero_grad(set_to_none=True)
+    torch.nn.functional.cross_entropy(ddp(x), y).backward()
+    return torch.cat([p.grad.reshape(-1) for p in ddp.parameters()])
+
+
+PARTS = ("hook", "buckets", "accumulate", "powersgd")
+
+
+def hook_demo(hook_source: str, hook_name: str, accumulate: int = 4, parts=PARTS) -> dict:
+    """Runs on every rank (inside `milktea.distributed.launch`): one step of a small MLP under
+    DDP with the default all-reduce, with the reader's hook, and with PyTorch's
+    fp16_compress_hook; then micro-batch accumulation with and without `no_sync()`, the
+    bucket count for two `bucket_cap_mb`, and milktea's PowerSGD hook and the state a
+    checkpoint must keep."""
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    gen = torch.Generator().manual_seed(100 + rank)
+    x, y = torch.randn(64, 64, generator=gen), torch.randint(0, 10, (64,), generator=gen)
+    out = {"workers": world, "backend": dist.get_backend()}
+
+    if "hook" in parts:
+        out.update(_your_hook(hook_source, hook_name, x, y))
+    if "buckets" in parts:
+        out.update(_buckets(x, y, world))
+    if "accumulate" in parts:
+        out.update(_accumulate(x, y, world, accumulate))
+    if "powersgd" in parts:
+        out.update(_powersgd(x, y))
+    return out
+
+
+def _your_hook(hook_source, hook_name, x, y):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    out = {}
+    dense = _grads_after(DDP(_model()), x, y)
+    mine = DDP(_model())
+    group = Group()
+    mine.register_comm_hook(group, _compile(hook_source, hook_name))
+    yours = _grads_after(mine, x, y)
+    theirs_ddp = DDP(_model())
+    theirs_ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    theirs = _grads_after(theirs_ddp, x, y)
+    out["your hook vs PyTorch's fp16 hook (max |diff|)"] = float((yours - theirs).abs().max())
+    out["your hook vs dense (relative error)"] = float((yours - dense).norm() / dense.norm())
+    out["your hook sent"] = sorted({str(d) for d, _ in group.sent})
+    out["your hook bytes"] = sum(b for _, b in group.sent)
+    out["dense bytes"] = dense.numel() * 4
+    out["buckets"] = len(group.sent)
+    return out
+
+
+def _buckets(x, y, world):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    out = {}
+    # bucket_cap_mb: how many hook calls (buckets) one backward makes
+    for cap in (0.5, 25):
+        calls = []
+
+        def counting(state, bucket, calls=calls):
+            calls.append(bucket.buffer().numel())
+            return dist.all_reduce(bucket.buffer().div_(world), async_op=True).get_future().then(
+                lambda f: f.value()[0])
+        m = DDP(_model(), bucket_cap_mb=cap)
+        m.register_comm_hook(None, counting)
+        _grads_after(m, x, y)   # the first step uses DDP's initial buckets
+        calls.clear()
+        _grads_after(m, x, y)
+        out[f"buckets at bucket_cap_mb={cap:g}"] = len(calls)
+    return out
+
+
+def _accumulate(x, y, world, accumulate):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    out = {}
+    # accumulation: every backward outside no_sync() is all-reduced
+    for use_no_sync in (False, True):
+        calls = []
+
+        def counting(state, bucket, calls=calls):
+            calls.append(1)
+            return dist.all_reduce(bucket.buffer().div_(world), async_op=True).get_future().then(
+                lambda f: f.value()[0])
+        m = DDP(_model(), bucket_cap_mb=25)
+        m.register_comm_hook(None, counting)
+        m.zero_grad(set_to_none=True)
+        micro = torch.chunk(torch.arange(64), accumulate)
+        for i, idx in enumerate(micro):
+            last = i == len(micro) - 1
+            ctx = m.no_sync() if use_no_sync and not last else _null()
+            with ctx:
+                (torch.nn.functional.cross_entropy(m(x[idx]), y[idx]) / accumulate).backward()
+        key = "with no_sync()" if use_no_sync else "without no_sync()"
+        out[f"all-reduce calls, {accumulate} micro-batches {key}"] = len(calls)
+        out[f"grads {key}"] = torch.cat([p.grad.reshape(-1) for p in m.parameters()])
+    a, b = out.pop("grads without no_sync()"), out.pop("grads with no_sync()")
+    out["accumulated gradients agree (max |diff|)"] = float((a - b).abs().max())
+    return out
+
+
+def _powersgd(x, y):
+    """milktea's PowerSGD through milktea.ddp.compress: the ledger lives in the hook's state,
+    and a checkpoint must save it (state_dict) or error feedback restarts from zero."""
+    import milktea
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    m = DDP(_model())
+    state = milktea.ddp.compress(m, milktea.PowerSGD(rank=2), error_feedback=True)
+    try:
+        for _ in range(3):
+            _grads_after(m, x, y)
+        saved = state.state_dict()
+    finally:
+        state.close()
+    floats = 0
+    for bucket in saved["buckets"].values():
+        for value in _tensors(bucket):
+            floats += value.numel()
+    return {"milktea PowerSGD: steps": saved["step"], "milktea PowerSGD: buckets saved": len(saved["buckets"]),
+            "milktea PowerSGD: floats in the saved state": floats,
+            "milktea PowerSGD: parameters": sum(p.numel() for p in m.parameters())}
+
+
+def _tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _tensors(v)
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

@@ -1,0 +1,57 @@
+"""PowerSGD figures (chapter 06): the spectrum of a gradient, the rank sweep, the warm start."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _axes(axes, n):
+    if axes is None:
+        import matplotlib.pyplot as plt
+        _, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4))
+    return axes
+
+
+def spectrum(spec: dict, ax=None):
+    """Singular values (left axis, log) and the share of ||M||^2 the top r hold (right axis)."""
+    ax = _axes(ax, 1)
+    s = np.asarray(spec["singular values"])
+    r = np.arange(1, s.size + 1)
+    ax.semilogy(r, s, "o-", ms=3, label="singular value")
+    ax.set_xlabel("r")
+    ax.set_ylabel("singular value σ_r")
+    twin = ax.twinx()
+    twin.plot(r, np.asarray(spec["energy"]), color="tab:red", label="share of ‖M‖² in the top r")
+    twin.set_ylim(0, 1.02)
+    twin.set_ylabel("share of ‖M‖² in the top r", color="tab:red")
+    m, n = spec["shape"]
+    ax.set_title(f"spectrum of a {m} x {n} layer gradient", fontsize=10)
+    return ax
+
+
+def rank_sweep(rows: list, ax=None):
+    """Relative error against R, one point per rank: one cold step, warm steps, the SVD optimum."""
+    ax = _axes(ax, 1)
+    R = [r["R"] for r in rows]
+    keys = [k for k in rows[0] if k not in ("rank", "R")]
+    for k, style in zip(keys, ("o--", "s-", "k:")):
+        ax.plot(R, [r[k] for r in rows], style, label=k, ms=4)
+    for r in rows:
+        ax.annotate(f"r={r['rank']}", (r["R"], r[keys[0]]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("compression ratio R (real packet)")
+    ax.set_ylabel("relative error")
+    ax.legend(fontsize=8)
+    ax.set_title("PowerSGD: rank sweep", fontsize=10)
+    return ax
+
+
+def warm_start(trace: dict, ax=None):
+    """Per-step relative error with and without the warm start."""
+    ax = _axes(ax, 1)
+    for k, style in zip(trace, ("-o", "--s", "k:")):
+        ax.plot(np.arange(1, len(trace[k]) + 1), trace[k], style, ms=3, label=k)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("relative error of the rank-r report")
+    ax.legend(fontsize=8)
+    ax.set_title("one power step per training step", fontsize=10)
+    return ax
