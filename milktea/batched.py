@@ -34,7 +34,7 @@ from .bits import packed_size
 from .compressors import Quantize, RandomK, Sign, TopK
 from .compressors.sparse import _random_indices
 from .feedback import ErrorFeedback
-from .kernels import HAVE_NUMBA, NUMBA_MIN_NUMEL
+from .kernels import HAVE_NUMBA, NUMBA_MIN_NUMEL, scale_cap
 from .packet import varint_size
 
 _LIMITS = [1 << (7 * j) for j in range(1, 5)]
@@ -156,10 +156,11 @@ class _RandomK(_Batch):
 class _Sign(_Batch):
     def run(self, X):
         W, n = X.shape
-        l1 = torch.linalg.vector_norm(X, 1, dim=1)
-        # as Sign does: the float32 norm as a Python float, / n in double, then float32
-        scale = torch.tensor([v / n for v in l1.tolist()], dtype=torch.float32, device=X.device)[:, None]
-        D = torch.where(torch.signbit(X), -scale, scale)
+        # as Sign does: sum |x| in float64 (row by row, the same reduction as one worker's),
+        # / n in double, then float32; exact zeros of either sign are sent as +scale
+        l1 = [float(row.abs().sum(dtype=torch.float64)) for row in X]
+        scale = torch.tensor([v / n for v in l1], dtype=torch.float32, device=X.device)[:, None]
+        D = torch.where(X < 0, -scale, scale)
         if self.ef:
             X -= D
         size = _header(self.shape, (), (packed_size(n, 1), 4)) + packed_size(n, 1) + 4
@@ -178,13 +179,11 @@ class _Quantize(_Batch):
         if full < n:
             pieces.append((X[:, full:].reshape(W, 1, -1), D[:, full:].view(W, 1, -1)))
         for xv, dv in pieces:       # the operations of kernels.quantize and kernels.dequantize
-            m = torch.linalg.vector_norm(xv, float("inf"), dim=2)
-            sv = m / qmax
-            inv = (qmax / m.clamp_min(1e-38)).unsqueeze(2)
-            y = torch.addcmul(torch.tensor(qmax + 1.5, device=X.device), xv, inv)
-            dv.copy_(y.to(torch.int32).to(torch.uint8))
-            sv = sv.unsqueeze(2)
-            torch.addcmul(-(qmax + 1) * sv, dv, sv, out=dv)
+            sv = (torch.linalg.vector_norm(xv, float("inf"), dim=2) / qmax).clamp_(max=scale_cap(qmax))
+            div = torch.where(sv > 0, sv, 1.0).unsqueeze(2)
+            y = torch.div(xv, div).add_(qmax + 1.5)
+            dv.copy_(y.to(torch.int32))            # the code, as a float
+            dv.sub_(qmax + 1).mul_(sv.unsqueeze(2))
         if self.ef:
             X -= D
         nch = (n + chunk - 1) // chunk
