@@ -32,6 +32,15 @@ from milktea.distributed.report import Comparison, predict_step
 OPTIONAL = ("torch-bf16", "torch-batched-powersgd")
 
 
+def step_compute(rec: dict, probe: dict) -> dict:
+    """The compute of one step for the cost model: its own forward and optimizer step (timed
+    inside it) and backward's compute from the probe's median over all rounds (a real
+    step's backward includes the link; one round's probe alone is too noisy to trust)."""
+    if "forward_s" not in rec:
+        return probe
+    return {"forward_s": rec["forward_s"], "backward_s": probe["backward_s"], "optimizer_s": rec["optimizer_s"]}
+
+
 def _warm_up(names, cfg) -> None:
     """Run each compressor once on a 1M tensor: its compiled kernels load now, so that
     the first scheme to use them is not charged for it."""
@@ -181,8 +190,8 @@ def compare(names=schemes.COMPARE_DEFAULT, config=None, *, workers: int = 2, net
         progress_bars.close()
     model_link = cost.Link(*out["model_link"])
     for res in out["results"]:
-        for rec in res.get("records", []):   # priced with the compute measured in the same round
-            rec["predicted_s"] = predict_step(rec.get("compute", out["compute"]), rec, model_link, workers)
+        for rec in res.get("records", []):
+            rec["predicted_s"] = predict_step(step_compute(rec, out["compute"]), rec, model_link, workers)
     where += ", schemes interleaved step by step" if out["interleaved"] else ", one scheme after another"
     return Comparison(out["results"], model_link, out["compute"], where, workers, out["backend"], cfg)
 

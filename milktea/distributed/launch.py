@@ -30,12 +30,15 @@ import pickle
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from typing import Any, Callable
 
 _conn = None  # inside a worker: the pipe to the parent (used by report() and progress())
 _steps = [0]         # inside a worker: progress() calls so far
+_send_lock = threading.Lock()   # the heartbeat thread and the main thread share the pipe
+_beating = threading.Event()    # set while the worker's function runs
 BEAT_EVERY_S = 0.5   # how often a worker tells the parent its progress and where it is
 
 
@@ -95,7 +98,7 @@ def report(obj: Any) -> None:
     """From inside a worker: send `obj` (picklable) to the parent's `on_message` callback
     now, while the run goes on (progress, per-step records). Does nothing outside launch."""
     if _conn is not None:
-        _conn.send(("msg", int(os.environ.get("RANK", 0)), obj))
+        _send(_conn, ("msg", int(os.environ.get("RANK", 0)), obj))
 
 
 def progress() -> None:
@@ -118,12 +121,20 @@ def _where(frame) -> tuple[str, bool]:
     return inner or "?", waiting
 
 
+def _send(conn, msg) -> None:
+    # a large message is several writes: one thread at a time, or they interleave
+    with _send_lock:
+        conn.send(msg)
+
+
 def _heartbeat(conn, rank: int, main_id: int) -> None:
     while True:
         time.sleep(BEAT_EVERY_S)
+        if not _beating.is_set():   # the function has returned
+            return
         where, waiting = _where(sys._current_frames().get(main_id))
         try:
-            conn.send(("beat", rank, _steps[0], where, waiting))
+            _send(conn, ("beat", rank, _steps[0], where, waiting))
         except (OSError, ValueError):   # the parent has gone or the pipe was closed
             return
 
@@ -164,12 +175,13 @@ def _worker(rank: int, world: int, conn, cfg: dict) -> None:
             torch.cuda.set_device(rank)
             init["device_id"] = torch.device("cuda", rank)
         dist.init_process_group(**init)
-        import threading
+        _beating.set()
         threading.Thread(target=_heartbeat, args=(conn, rank, threading.get_ident()),
                          name="milktea-heartbeat", daemon=True).start()
         result = fn(*args, **kwargs)
+        _beating.clear()
         data = pickle.dumps(result) if (rank == 0 or cfg["results"] == "all") else None
-        conn.send(("ok", rank, data))
+        _send(conn, ("ok", rank, data))
         dist.destroy_process_group()
     except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
         tb = traceback.format_exc()
@@ -178,7 +190,7 @@ def _worker(rank: int, world: int, conn, cfg: dict) -> None:
         except Exception:  # noqa: BLE001
             original = None
         with contextlib.suppress(Exception):
-            conn.send(("error", rank, type(e).__name__, str(e), tb, original))
+            _send(conn, ("error", rank, type(e).__name__, str(e), tb, original))
         conn.close()
         os._exit(1)  # skip atexit handlers that could block on a dead peer
     conn.close()

@@ -118,7 +118,8 @@ class ComputeProbe:
         self.history.append(rec)
         return rec
 
-    def median(self, skip: int = 1) -> dict:
+    def median(self, skip: int = 2) -> dict:
+        """Median of each phase over the steps after `skip` warm-up steps."""
         rows = self.history[skip:] or self.history
         return {k: sorted(r[k] for r in rows)[len(rows) // 2] for k in rows[0]}
 
@@ -149,10 +150,17 @@ class Run:
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)   # DDP re-points .grad at its bucket: no zeroing pass
         loss = self.task.loss(self.model(xb), yb).mean()
-        loss.backward()
+        _sync(self.device)
+        t1 = time.perf_counter()
+        loss.backward()   # with the hook's compression and communication, overlapped
+        _sync(self.device)
+        t2 = time.perf_counter()
         self.opt.step()
         _sync(self.device)
         step_s = time.perf_counter() - t0
+        # forward and optimizer step timed inside the real step: what the cost model adds
+        # to the link time needs no separate probe but for backward's compute
+        phases = {"forward_s": t1 - t0, "backward_s": t2 - t1, "optimizer_s": t0 + step_s - t2}
         progress()   # under milktea's launcher: a rank whose steps stop is named as hung
         loss_v = float(loss.detach())
         if loss_v != loss_v or loss_v in (float("inf"), float("-inf")):
@@ -161,7 +169,7 @@ class Run:
         hist = self.handle.stats.history
         st = hist[-1] if len(hist) > len(self.records) else None
         rec = {"scheme": self.cfg.scheme, "label": self.handle.label, "step": len(self.records),
-               "loss": loss_v, "step_s": step_s,
+               "loss": loss_v, "step_s": step_s, **phases,
                **({k: v for k, v in st.to_dict().items() if k != "step"} if st else {})}
         self.records.append(rec)
         return rec
