@@ -8,6 +8,7 @@ BENCHES = {
     "kernels": "milktea.bench.kernels",      # every compressor vs a plain copy
     "simulate": "milktea.bench.simulate",    # the N-worker simulator's speed
     "grade": "milktea.bench.grade",          # grading one submission
+    "memory": "milktea.bench.memory",        # extra peak memory of each scheme over plain DDP
 }
 
 

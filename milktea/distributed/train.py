@@ -249,8 +249,9 @@ def add_config_arguments(ap: argparse.ArgumentParser, defaults: TrainConfig | No
         v = getattr(defaults, f.name)
         kind = float if v is None or isinstance(v, float) else type(v)
         extra = {"choices": schemes.SCHEMES} if f.name == "scheme" else {}
-        ap.add_argument(flag(f.name), dest=f.name, type=kind, default=v,
-                        help=HELP.get(f.name, "") + f" (default {v})", **extra)
+        shown = "" if v is None else f" (default {v})"
+        ap.add_argument(flag(f.name), dest=f.name, type=kind, default=v, help=HELP.get(f.name, "") + shown,
+                        metavar="GBIT" if f.name == "link_gbit" else None, **extra)
 
 
 def config_from_arguments(a: argparse.Namespace, defaults: TrainConfig | None = None) -> TrainConfig:
