@@ -148,6 +148,23 @@ class WorkerHang(TimeoutError):
         super().__init__(message)
 
 
+def end_process(code: int = 0) -> None:
+    """Leave this rank's process now: flush stdout/stderr, then os._exit(code). Call it
+    last, after dist.destroy_process_group(), in a process that joined a process group.
+
+    Why not a normal exit: DistributedDataParallel keeps a reference to its gloo process
+    group after the model is gone (torch 2.13: three gloo threads are still running after
+    destroy_process_group() whenever a DDP model was built, none without one). They are
+    still running while the interpreter and the C++ runtime tear themselves down, and a
+    few exits in twenty abort with "terminate called without an active exception" after
+    all the work is done. os._exit skips that tear-down; nothing is lost once the process
+    group is gone and the output is flushed. Atexit handlers do not run."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 def _die_with_parent() -> None:
     # Linux: the kernel kills this worker if the parent dies, even by SIGKILL.
     with contextlib.suppress(Exception):
@@ -183,6 +200,8 @@ def _worker(rank: int, world: int, conn, cfg: dict) -> None:
         data = pickle.dumps(result) if (rank == 0 or cfg["results"] == "all") else None
         _send(conn, ("ok", rank, data))
         dist.destroy_process_group()
+        conn.close()
+        end_process(0)  # a normal exit can abort in gloo's threads: see end_process
     except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
         tb = traceback.format_exc()
         try:
