@@ -3,7 +3,6 @@ torchrun on each, joined by a c10d rendezvous on host 0 (root on Linux only)."""
 import io
 import os
 import subprocess
-import sys
 import time
 
 import pytest
