@@ -3,7 +3,6 @@ its connection), one that stopped making progress (not the peers left waiting fo
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -12,7 +11,7 @@ from milktea.distributed.launch import WorkerError, WorkerHang, launch
 sys.path.insert(0, os.path.dirname(__file__))
 import launch_workers as w  # noqa: E402  (workers import it by this name)
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -25,21 +24,21 @@ def test_a_killed_rank_is_named_not_the_peer_that_lost_it(victim):
     assert "SIGKILL" in str(e)
 
 
+# The stall timeout is generous: on a loaded machine a healthy step can take seconds, and a
+# stall declared before rank 1 really stops would name whichever rank was slow then.
 def test_a_hung_rank_is_named_after_the_stall_timeout():
-    t0 = time.monotonic()
     with pytest.raises(WorkerHang) as info:
-        launch(w.hang_at, 2, args=(1, 5), stall_timeout=4, collective_timeout=120, timeout=150, threads=1)
-    took = time.monotonic() - t0
+        launch(w.hang_at, 2, args=(1, 5), stall_timeout=20, collective_timeout=170, timeout=170, threads=1)
     assert info.value.rank == 1, str(info.value)
+    assert "(no progress)" in str(info.value)     # the stall check, not the run's time limit
     assert "rank 1 stopped making progress" in str(info.value)
     assert "busy at launch_workers.py" in str(info.value) and "in hang_at" in str(info.value)
     assert info.value.steps[0] >= info.value.steps[1]
-    assert took < 100     # long before the collective timeout
 
 
 def test_the_whole_run_timeout_also_names_the_rank_behind():
     with pytest.raises(WorkerHang) as info:
-        launch(w.hang_at, 2, args=(0, 3), timeout=60, collective_timeout=120, threads=1)
+        launch(w.hang_at, 2, args=(0, 3), timeout=120, collective_timeout=170, threads=1)
     assert info.value.rank == 0 and "rank 0 stopped making progress" in str(info.value)
 
 
