@@ -364,13 +364,13 @@ def _root_cause(failure, procs, conns, live, out, on_message, beats, grace: floa
     a moment, and name a rank that died without a word (killed, crashed) instead."""
     if failure.exc_type == "ProcessExit":
         return failure
-    deadline = time.monotonic() + grace
+    deadline, spoke = time.monotonic() + grace, {failure.rank}
     while time.monotonic() < deadline:
-        others = [r for r in live if r != failure.rank]
-        for r in others:
+        for r in [r for r in live if r not in spoke]:
             if not procs[r].is_alive():
-                _drain(r, conns[r], out, on_message, live, beats)
-                if r in live:
+                if _drain(r, conns[r], out, on_message, live, beats) is not None:
+                    spoke.add(r)   # it failed with an error of its own: an echo, most likely
+                elif r in live:    # gone with no result and no error
                     procs[r].join(1.0)
                     return _exit_error(r, procs[r].exitcode)
         time.sleep(0.05)
