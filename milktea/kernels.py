@@ -25,6 +25,8 @@ import os
 import numpy as np
 import torch
 
+import milktea.threads  # noqa: E402,F401  (sizes numba's pool per rank before numba loads)
+
 NUMBA_MIN_NUMEL = 1 << 16   # below this, JIT start-up costs more than it saves
 
 try:  # numba is a dependency, but the library must still work where it cannot load

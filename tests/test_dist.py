@@ -155,8 +155,8 @@ def _run(cmd, timeout=170):
 
 def test_train_entry_point_with_local_workers_and_under_torchrun(tmp_path):
     log = tmp_path / "steps.jsonl"
-    r = _run([sys.executable, "-m", "milktea.train", "--nproc", "2", "--scheme", "topk", "--steps", "6",
-              "--hidden", "16", "--log", str(log)])
+    r = _run([sys.executable, "-m", "milktea.train", "--workers", "2", "--scheme", "topk", "--steps", "6",
+              "--hidden", "16", "--jsonl", str(log)])
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Top-1%+EF: 2 workers" in r.stdout and "test accuracy" in r.stdout
     assert len(log.read_text().splitlines()) == 6
@@ -164,9 +164,10 @@ def test_train_entry_point_with_local_workers_and_under_torchrun(tmp_path):
     if not os.path.exists(torchrun):
         pytest.skip("torchrun is not installed beside this Python")
     r = _run([torchrun, "--nproc-per-node", "2", "-m", "milktea.train", "--scheme", "int8",
-              "--steps", "4", "--hidden", "16"])
+              "--steps", "4", "--hidden", "16", "--jsonl", str(tmp_path / "t.jsonl")])
     assert r.returncode == 0, r.stderr[-2000:]
     assert "int8: 2 workers" in r.stdout
+    assert len((tmp_path / "t.jsonl").read_text().splitlines()) == 4
 
 
 def test_compare_table_jsonl_and_plots(tmp_path):

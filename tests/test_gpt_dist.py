@@ -46,7 +46,7 @@ def _run(cmd, timeout=280):
 
 
 def test_train_entry_point_trains_the_gpt_with_own_workers_and_under_torchrun():
-    r = _run([sys.executable, "-m", "milktea.train", "--nproc", "2", "--task", "gpt", "--scheme", "topk",
+    r = _run([sys.executable, "-m", "milktea.train", "--workers", "2", "--task", "gpt", "--scheme", "topk",
               "--steps", "4", "--batch", "4"])
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Top-1%+EF: 2 workers, 245,760 parameters" in r.stdout and "perplexity" in r.stdout

@@ -12,6 +12,7 @@ BENCHES = {
     "scaling": "milktea.bench.scaling",      # bytes and step time per protocol, 2-8 processes, modelled to 1,024
     "gpu": "milktea.bench.gpu",              # kernels, simulator, NCCL hook and notebooks on one CUDA GPU
     "gpt": "milktea.bench.gpt",              # every scheme on the character GPT, with per-layer statistics
+    "memory": "milktea.bench.memory",        # extra peak memory of each scheme over plain DDP
 }
 
 

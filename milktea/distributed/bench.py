@@ -12,10 +12,15 @@ Timings on a shared machine are noisy: read the ratios, and rerun when in doubt.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 
 from milktea.distributed.compare import compare
+from milktea.distributed.train import TrainConfig, add_config_arguments, config_from_arguments
+
+# the training settings of every part (~25M parameters); steps and link are set per part
+BENCH_CONFIG = TrainConfig(hidden=337_000, lr=0.003, momentum=0.0, batch=8)
 
 SPEED = ("dense", "torch-fp16", "torch-powersgd", "topk", "topk-approx", "int8", "sign", "topk-int8",
          "powersgd", "auto")
@@ -31,13 +36,11 @@ def _check(name: str, ok: bool, detail: str) -> dict:
     return {"target": name, "ok": bool(ok), "detail": detail}
 
 
-def run(hidden: int = 337_000, speed_steps: int = 8, accuracy_steps: int = 150, lr: float = 0.003,
-        momentum: float = 0.0, batch: int = 8, out: str = "results/bench_dist", parts=("speed", "accuracy", "loopback"),
-        progress: bool = True) -> dict:
+def run(config: TrainConfig = BENCH_CONFIG, speed_steps: int = 8, accuracy_steps: int = 150,
+        out: str = "results/bench_dist", parts=("speed", "accuracy", "loopback"), progress: bool = True) -> dict:
     os.makedirs(out, exist_ok=True)
-    common = dict(hidden=hidden, lr=lr, momentum=momentum, batch=batch, progress=progress)
-    report = {"config": dict(hidden=hidden, speed_steps=speed_steps, accuracy_steps=accuracy_steps, lr=lr,
-                             momentum=momentum, batch=batch),
+    common = dict(config=config, progress=progress)
+    report = {"config": dict(dataclasses.asdict(config), speed_steps=speed_steps, accuracy_steps=accuracy_steps),
               "checks": []}
     checks = report["checks"]
     if "speed" in parts:
@@ -90,18 +93,15 @@ def run(hidden: int = 337_000, speed_steps: int = 8, accuracy_steps: int = 150, 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m milktea.distributed.bench", description=__doc__.split("\n")[0])
-    ap.add_argument("--hidden", type=int, default=337_000, help="MLP width (337000: ~25M parameters)")
+    add_config_arguments(ap, BENCH_CONFIG, skip=("scheme", "steps", "link_gbit"))
     ap.add_argument("--speed-steps", type=int, default=8)
     ap.add_argument("--accuracy-steps", type=int, default=150)
-    ap.add_argument("--lr", type=float, default=0.003)
-    ap.add_argument("--momentum", type=float, default=0.0)
-    ap.add_argument("--batch", type=int, default=8, help="examples per worker per step")
     ap.add_argument("--parts", default="speed,accuracy,loopback")
     ap.add_argument("--out", default="results/bench_dist")
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
-    run(a.hidden, a.speed_steps, a.accuracy_steps, a.lr, a.momentum, a.batch, out=a.out, parts=tuple(a.parts.split(",")),
-        progress=not a.no_progress)
+    run(config_from_arguments(a, BENCH_CONFIG), a.speed_steps, a.accuracy_steps, out=a.out,
+        parts=tuple(a.parts.split(",")), progress=not a.no_progress)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """`python -m milktea compare`: one model, one link, every way of sending the gradient.
 
     from milktea.distributed.compare import compare
-    result = compare(link_gbit=1.0, steps=20)    # 2 workers, emulated 1 Gbit/s link
+    from milktea.distributed.train import TrainConfig
+    result = compare(config=TrainConfig(steps=20, link_gbit=1.0))   # 2 workers, emulated 1 Gbit/s
+    result = compare(steps=20, link_gbit=1.0)                         # the same, as keywords
     print(result.table())
     result.save("results/compare")               # JSON Lines, summary JSON, plots
 
@@ -28,6 +30,15 @@ from milktea.distributed.report import Comparison, predict_step
 
 # schemes that PyTorch itself refuses or breaks in some set-ups: a failure is reported, not raised
 OPTIONAL = ("torch-bf16", "torch-batched-powersgd")
+
+
+def step_compute(rec: dict, probe: dict) -> dict:
+    """The compute of one step for the cost model: its own forward and optimizer step (timed
+    inside it) and backward's compute from the probe's median over all rounds (a real
+    step's backward includes the link; one round's probe alone is too noisy to trust)."""
+    if "forward_s" not in rec:
+        return probe
+    return {"forward_s": rec["forward_s"], "backward_s": probe["backward_s"], "optimizer_s": rec["optimizer_s"]}
 
 
 def _warm_up(names, cfg) -> None:
@@ -61,15 +72,13 @@ def fits_in_memory(n_schemes: int, params: int, workers: int) -> bool:
     return (n_schemes + 1) * params * 16 * workers < 0.5 * avail
 
 
-def _worker(cfg: dict, names: list[str], link_gbit, latency_us: float, calibrate_sizes,
-            interleave: bool):
+def _worker(cfg: dict, names: list[str], calibrate_sizes, interleave: bool):
     from milktea.distributed.calibrate import calibrate_link
-    from milktea.distributed.link import EmulatedLink
-    from milktea.distributed.train import ComputeProbe, Run, TrainConfig, device_for_rank
+    from milktea.distributed.train import ComputeProbe, Run, TrainConfig, device_for_rank, emulated_link
     rank = dist.get_rank()
-    emulated = EmulatedLink.gbit(link_gbit, latency_us * 1e-6) if link_gbit else None
-    model_link = calibrate_link(calibrate_sizes, emulated=emulated, device=device_for_rank())
     base = TrainConfig(**cfg)
+    emulated = emulated_link(base)
+    model_link = calibrate_link(calibrate_sizes, emulated=emulated, device=device_for_rank())
     _warm_up(names, base)
     probe = ComputeProbe(base)
     done, failed = {}, {}
@@ -121,15 +130,16 @@ def _worker(cfg: dict, names: list[str], link_gbit, latency_us: float, calibrate
             "results": results, "backend": dist.get_backend(), "interleaved": interleave}
 
 
-def compare(names=schemes.COMPARE_DEFAULT, *, workers: int = 2, link_gbit: float | None = 1.0,
-            latency_us: float = 50.0, netns_gbit: float | None = None, steps: int = 20,
-            hidden: int = 256, batch: int = 32, lr: float = 0.05, momentum: float = 0.9, ratio: float = 0.01,
-            powersgd_rank: int = 4, seed: int = 0, bucket_cap_mb: float = 25.0, task: str = "digits",
-            calibrate_sizes=DEFAULT_SIZES, interleave: bool | None = None,
-            progress: bool = True, on_message=None, timeout: float | None = None) -> Comparison:
+def compare(names=schemes.COMPARE_DEFAULT, config=None, *, workers: int = 2, netns_gbit: float | None = None,
+            calibrate_sizes=DEFAULT_SIZES, interleave: bool | None = None, progress: bool = True,
+            on_message=None, timeout: float | None = None, stall_timeout: float | None = None,
+            **settings) -> Comparison:
     """Train with every scheme in `names` on `workers` local ranks; return a Comparison.
 
-    link_gbit: emulated link speed (None: the real link as it is, e.g. loopback).
+    config: a milktea.distributed.train.TrainConfig with the training settings (its
+    `scheme` is ignored); `settings` are TrainConfig fields as keywords, applied on top
+    (steps=20, hidden=256, lr=..., link_gbit=1.0, ...). Without a config the link is an
+    emulated 1 Gbit/s one (link_gbit=None: the real link as it is, e.g. loopback).
     netns_gbit: instead, a real link shaped by tc between network namespaces (root only).
     task: what to train, "digits" (an MLP `hidden` wide) or "gpt" (a small character-level
     transformer; see milktea.tasks.make_task).
@@ -137,46 +147,53 @@ def compare(names=schemes.COMPARE_DEFAULT, *, workers: int = 2, link_gbit: float
     models fit in half the free memory), else one scheme after another.
     on_message: called as on_message(rank, message) with what rank 0 reports while it trains
     (("start", ...), ("step", record), ("done",)): e.g. a live dashboard.
+    timeout: seconds for the whole run; stall_timeout: stop, naming the rank, when one makes
+    no progress for this long (see milktea.distributed.launch.launch).
     """
+    from milktea.distributed.train import TrainConfig
+    if config is None:
+        config = TrainConfig(steps=20, link_gbit=1.0)
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    config = dataclasses.replace(config, **settings)   # checks the settings here, before any worker starts
     names = list(names)
     for n in names:
         if n not in schemes.SCHEMES:
             raise ValueError(f"unknown scheme {n!r}; choose from {', '.join(schemes.SCHEMES)}")
     if len(set(names)) != len(names) or not names:
         raise ValueError(f"give each scheme once (and at least one), got {names}")
-    if netns_gbit is not None and link_gbit is not None:
+    if netns_gbit is not None and config.link_gbit is not None:
         raise ValueError("choose link_gbit (emulated) or netns_gbit (shaped namespaces), not both")
-    cfg = dict(steps=steps, hidden=hidden, batch=batch, lr=lr, momentum=momentum, ratio=ratio,
-               powersgd_rank=powersgd_rank,
-               seed=seed, bucket_cap_mb=bucket_cap_mb, task=task)
-    from milktea.distributed.train import TrainConfig
-    TrainConfig(**cfg)   # check the settings here, before any worker starts
+    cfg = dataclasses.asdict(config)
+    hidden, link_gbit, latency_us = config.hidden, config.link_gbit, config.latency_us
     if interleave is None:
         from milktea.tasks import make_task
-        interleave = fits_in_memory(len(names), make_task(task, hidden=hidden).n_params(), workers)
+        interleave = fits_in_memory(len(names), make_task(config.task, hidden=hidden).n_params(), workers)
     progress_bars = _Progress(progress)
 
     def bars(rank, msg):
         progress_bars(rank, msg)
         if on_message is not None:
             on_message(rank, msg)
-    args = (cfg, names, link_gbit, latency_us, list(calibrate_sizes), interleave)
+    args = (cfg, names, list(calibrate_sizes), interleave)
+    from milktea.distributed.train import launch_timeouts
+    limits = dict(timeout=timeout, **(launch_timeouts(stall_timeout) if stall_timeout else {}))
     try:
         if netns_gbit is not None:
             from milktea.distributed.netns import NetnsLink
             with NetnsLink(workers, rate_bits=netns_gbit * 1e9) as net:
-                out = launch(_worker, workers, args, on_message=bars, netns=net, timeout=timeout)
+                out = launch(_worker, workers, args, on_message=bars, netns=net, **limits)
             where = f"{netns_gbit:g} Gbit/s tc-shaped veth link between network namespaces"
         else:
-            out = launch(_worker, workers, args, on_message=bars, timeout=timeout)
+            out = launch(_worker, workers, args, on_message=bars, **limits)
             where = (f"emulated {link_gbit:g} Gbit/s link, {latency_us:g} us latency" if link_gbit
                      else "the real link as it is (loopback)")
     finally:
         progress_bars.close()
     model_link = cost.Link(*out["model_link"])
     for res in out["results"]:
-        for rec in res.get("records", []):   # priced with the compute measured in the same round
-            rec["predicted_s"] = predict_step(rec.get("compute", out["compute"]), rec, model_link, workers)
+        for rec in res.get("records", []):
+            rec["predicted_s"] = predict_step(step_compute(rec, out["compute"]), rec, model_link, workers)
     where += ", schemes interleaved step by step" if out["interleaved"] else ", one scheme after another"
     return Comparison(out["results"], model_link, out["compute"], where, workers, out["backend"], cfg)
 
@@ -208,39 +225,38 @@ class _Progress:
             self.bar = None
 
 
-def main(argv: list[str] | None = None) -> None:
-    from milktea.tasks import TASKS
-    ap = argparse.ArgumentParser(prog="python -m milktea compare", description=__doc__.split("\n")[0])
+COMPARE_DEFAULTS = dict(steps=20, link_gbit=1.0)   # compare's defaults where they differ from train's
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from milktea.distributed.train import (TrainConfig, add_config_arguments, add_run_arguments)
+    ap = argparse.ArgumentParser(prog="python -m milktea compare", allow_abbrev=False,
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("--schemes", default=",".join(schemes.COMPARE_DEFAULT),
                     help=f"comma-separated, from: {', '.join(schemes.SCHEMES)}")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--link", type=float, default=1.0, help="emulated link in Gbit/s (default 1)")
-    ap.add_argument("--latency-us", type=float, default=50.0)
+    add_config_arguments(ap, TrainConfig(**COMPARE_DEFAULTS), skip=("scheme",))
+    add_run_arguments(ap)
     ap.add_argument("--loopback", action="store_true", help="no emulation: the real (fast) link")
     ap.add_argument("--netns", type=float, default=None, metavar="GBIT",
                     help="a real tc-shaped link of GBIT Gbit/s between network namespaces (root)")
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--task", default="digits", choices=TASKS,
-                    help="digits: the MLP; gpt: a small character-level transformer")
-    ap.add_argument("--hidden", type=int, default=256, help="MLP width; 337000 gives ~25M parameters")
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=0.05)
-    ap.add_argument("--momentum", type=float, default=0.9)
-    ap.add_argument("--ratio", type=float, default=0.01)
-    ap.add_argument("--powersgd-rank", type=int, default=4)
-    ap.add_argument("--bucket-cap-mb", type=float, default=25.0)
     ap.add_argument("--out", default="results/compare", help="folder for results.jsonl, summary.json, plots")
     ap.add_argument("--sequential", action="store_true",
                     help="one scheme after another (default: in turns, when the models fit in memory)")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--no-progress", action="store_true")
-    a = ap.parse_args(argv)
-    link = None if (a.loopback or a.netns is not None) else a.link
-    res = compare([s.strip() for s in a.schemes.split(",") if s.strip()], workers=a.workers,
-                  link_gbit=link, latency_us=a.latency_us, netns_gbit=a.netns, steps=a.steps,
-                  hidden=a.hidden, batch=a.batch, lr=a.lr, momentum=a.momentum, ratio=a.ratio, powersgd_rank=a.powersgd_rank,
-                  bucket_cap_mb=a.bucket_cap_mb, task=a.task, interleave=False if a.sequential else None,
-                  progress=not a.no_progress)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    from milktea.distributed.train import config_from_arguments, launch_timeouts
+    a = build_parser().parse_args(argv)
+    config = config_from_arguments(a)
+    if a.loopback or a.netns is not None:
+        config = dataclasses.replace(config, link_gbit=None)
+    launch_timeouts(a.timeout)   # checks it
+    res = compare([s.strip() for s in a.schemes.split(",") if s.strip()], config, workers=a.workers,
+                  netns_gbit=a.netns, interleave=False if a.sequential else None,
+                  progress=not a.no_progress, stall_timeout=a.timeout)
     print(res.table())
     paths = res.save(a.out, plots=not a.no_plots)
     print("wrote " + ", ".join(paths), file=sys.stderr)

@@ -9,8 +9,11 @@ is a fresh Python process that imports it. Inside it, `torch.distributed` is alr
 initialised (gloo on CPU, NCCL when every rank can have its own GPU), RANK/WORLD_SIZE/
 LOCAL_RANK are set as torchrun would set them, and the thread count is cores // N.
 
-If a rank raises, the others are stopped at once and the parent raises `WorkerError`
-naming that rank, with its traceback. No worker is left running.
+If a rank raises or dies, the others are stopped at once and the parent raises
+`WorkerError` naming that rank (a rank killed by a signal is named, not the peer that
+then lost its connection), with its traceback. A rank that stops making progress (see
+`progress()`) is named too: `stall_timeout` stops the run when some rank has made no
+progress for that long. No worker is left running.
 From the shell:  python -m milktea.distributed -n 2 milktea.distributed.examples:allreduce_sum
 """
 from __future__ import annotations
@@ -27,11 +30,16 @@ import pickle
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from typing import Any, Callable
 
-_conn = None  # inside a worker: the pipe to the parent (used by report())
+_conn = None  # inside a worker: the pipe to the parent (used by report() and progress())
+_steps = [0]         # inside a worker: progress() calls so far
+_send_lock = threading.Lock()   # the heartbeat thread and the main thread share the pipe
+_beating = threading.Event()    # set while the worker's function runs
+BEAT_EVERY_S = 0.5   # how often a worker tells the parent its progress and where it is
 
 
 class WorkerError(RuntimeError):
@@ -90,7 +98,54 @@ def report(obj: Any) -> None:
     """From inside a worker: send `obj` (picklable) to the parent's `on_message` callback
     now, while the run goes on (progress, per-step records). Does nothing outside launch."""
     if _conn is not None:
-        _conn.send(("msg", int(os.environ.get("RANK", 0)), obj))
+        _send(_conn, ("msg", int(os.environ.get("RANK", 0)), obj))
+
+
+def progress() -> None:
+    """From inside a worker: count one unit of progress (a training step). When the run
+    stalls, the parent names the rank that is not waiting in a collective, with the
+    fewest steps. Costs an integer increment (a thread sends it twice a second)."""
+    _steps[0] += 1
+
+
+def _where(frame) -> tuple[str, bool]:
+    """The innermost line of the main thread, and whether it waits in torch.distributed."""
+    waiting, inner = False, None
+    while frame is not None:
+        path = frame.f_code.co_filename.replace(os.sep, "/")
+        if "torch/distributed/" in path:
+            waiting = True
+        if inner is None:
+            inner = f"{os.path.basename(path)}:{frame.f_lineno} in {frame.f_code.co_name}"
+        frame = frame.f_back
+    return inner or "?", waiting
+
+
+def _send(conn, msg) -> None:
+    # a large message is several writes: one thread at a time, or they interleave
+    with _send_lock:
+        conn.send(msg)
+
+
+def _heartbeat(conn, rank: int, main_id: int) -> None:
+    while True:
+        time.sleep(BEAT_EVERY_S)
+        if not _beating.is_set():   # the function has returned
+            return
+        where, waiting = _where(sys._current_frames().get(main_id))
+        try:
+            _send(conn, ("beat", rank, _steps[0], where, waiting))
+        except (OSError, ValueError):   # the parent has gone or the pipe was closed
+            return
+
+
+class WorkerHang(TimeoutError):
+    """The run stopped making progress; `rank` is the rank that stopped first (fewest
+    steps, then the oldest news), `steps` every rank's progress count."""
+
+    def __init__(self, message: str, rank: int | None, steps: dict):
+        self.rank, self.steps = rank, steps
+        super().__init__(message)
 
 
 def end_process(code: int = 0) -> None:
@@ -137,9 +192,13 @@ def _worker(rank: int, world: int, conn, cfg: dict) -> None:
             torch.cuda.set_device(rank)
             init["device_id"] = torch.device("cuda", rank)
         dist.init_process_group(**init)
+        _beating.set()
+        threading.Thread(target=_heartbeat, args=(conn, rank, threading.get_ident()),
+                         name="milktea-heartbeat", daemon=True).start()
         result = fn(*args, **kwargs)
+        _beating.clear()
         data = pickle.dumps(result) if (rank == 0 or cfg["results"] == "all") else None
-        conn.send(("ok", rank, data))
+        _send(conn, ("ok", rank, data))
         dist.destroy_process_group()
         conn.close()
         end_process(0)  # a normal exit can abort in gloo's threads: see end_process
@@ -150,7 +209,7 @@ def _worker(rank: int, world: int, conn, cfg: dict) -> None:
         except Exception:  # noqa: BLE001
             original = None
         with contextlib.suppress(Exception):
-            conn.send(("error", rank, type(e).__name__, str(e), tb, original))
+            _send(conn, ("error", rank, type(e).__name__, str(e), tb, original))
         conn.close()
         os._exit(1)  # skip atexit handlers that could block on a dead peer
     conn.close()
@@ -198,13 +257,16 @@ def launch(fn: Callable, nprocs: int = 2, args: tuple = (), kwargs: dict | None 
            backend: str = "auto", results: str = "rank0", timeout: float | None = None,
            collective_timeout: float = 300.0, threads: int | None = None,
            on_message: Callable[[int, Any], None] | None = None, env: dict | None = None,
-           netns=None) -> Any:
+           netns=None, stall_timeout: float | None = None) -> Any:
     """Run `fn(*args, **kwargs)` on `nprocs` ranks; return rank 0's result
     (`results="all"`: the list of every rank's result).
 
     timeout: seconds for the whole run (None: no limit) before every worker is killed
     and TimeoutError raised. collective_timeout: how long a collective may wait for a
     peer. on_message(rank, obj) receives what workers send with `report(obj)`.
+    stall_timeout: once the ranks have called `progress()`, stop the run when one of them
+    has made no progress for this many seconds, raising `WorkerHang` that names it (keep
+    it below collective_timeout, else the waiting peer's timeout error comes first).
     netns: a `milktea.distributed.netns.NetnsLink` to run each rank in its own network namespace.
     """
     _check_function(fn)
@@ -251,24 +313,24 @@ def launch(fn: Callable, nprocs: int = 2, args: tuple = (), kwargs: dict | None 
                 procs.append(p)
                 conns.append(parent_end)
         live = set(range(nprocs))
+        beats = {r: _Beat() for r in range(nprocs)}
+        started = False
         while live and failure is None:
             wait_s = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-            handles = [conns[r] for r in live] + [procs[r].sentinel for r in live]
-            for h in mpc.wait(handles, timeout=wait_s):
-                rank = (conns.index(h) if h in conns
-                        else next((r for r in live if procs[r].sentinel == h), None))
-                if rank is None:   # a sentinel of a rank whose result was read earlier in this batch
-                    continue
-                failure = _drain(rank, conns[rank], out, on_message, live)
-                if failure is None and rank in live and not procs[rank].is_alive():
-                    failure = _drain(rank, conns[rank], out, on_message, live)
-                    if failure is None and rank in live:
-                        failure = _exit_error(rank, procs[rank].exitcode)
-                if failure is not None:
-                    break
-            if failure is None and deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"launch: ranks {sorted(live)} still running after {timeout:g} s; "
-                                   "all workers were stopped")
+            ready = mpc.wait([conns[r] for r in live] + [procs[r].sentinel for r in live], timeout=wait_s)
+            failure = _check(ready, procs, conns, live, out, on_message, beats)
+            if failure is not None:
+                failure = _root_cause(failure, procs, conns, live, out, on_message, beats)
+                break
+            now = time.monotonic()
+            if not started and any(b.steps for b in beats.values()):
+                started = True   # the stall clock starts at the first progress of any rank
+                for b in beats.values():
+                    b.changed = max(b.changed, now) if b.steps == 0 else b.changed
+            stalled = stall_timeout is not None and started and \
+                any(now - beats[r].changed > stall_timeout for r in live)
+            if stalled or (deadline is not None and now >= deadline):
+                raise _hang(beats, live, stall_timeout if stalled else timeout, stalled)
     finally:
         _stop(procs)
         for c in conns:
@@ -278,20 +340,93 @@ def launch(fn: Callable, nprocs: int = 2, args: tuple = (), kwargs: dict | None 
     return out[0] if results == "rank0" else [out[r] for r in range(nprocs)]
 
 
+def _check(ready, procs, conns, live, out, on_message, beats) -> WorkerError | None:
+    """Read the ready pipes; sentinels first, so that a rank that died (e.g. SIGKILL)
+    is named before a peer's report of the connection it lost."""
+    dead = [r for r in sorted(live) if procs[r].sentinel in ready]
+    for rank in dead:
+        failure = _drain(rank, conns[rank], out, on_message, live, beats)
+        if failure is None and rank in live:   # died without a result or an error
+            procs[rank].join(1.0)
+            return _exit_error(rank, procs[rank].exitcode)
+        if failure is not None:
+            return failure
+    for rank in sorted(live):
+        if conns[rank] in ready:
+            failure = _drain(rank, conns[rank], out, on_message, live, beats)
+            if failure is not None:
+                return failure
+    return None
+
+
+def _root_cause(failure, procs, conns, live, out, on_message, beats, grace: float = 1.0):
+    """A rank's error is often the echo of another's death (its connection reset): wait
+    a moment, and name a rank that died without a word (killed, crashed) instead."""
+    if failure.exc_type == "ProcessExit":
+        return failure
+    deadline, spoke = time.monotonic() + grace, {failure.rank}
+    while time.monotonic() < deadline:
+        for r in [r for r in live if r not in spoke]:
+            if not procs[r].is_alive():
+                if _drain(r, conns[r], out, on_message, live, beats) is not None:
+                    spoke.add(r)   # it failed with an error of its own: an echo, most likely
+                elif r in live:    # gone with no result and no error
+                    procs[r].join(1.0)
+                    return _exit_error(r, procs[r].exitcode)
+        time.sleep(0.05)
+    return failure
+
+
+class _Beat:
+    """What the parent last heard from one rank's heartbeat."""
+
+    def __init__(self):
+        self.steps, self.changed, self.heard = 0, time.monotonic(), None
+        self.where, self.waiting = "starting up", False
+
+    def update(self, steps: int, where: str, waiting: bool) -> None:
+        if steps != self.steps:
+            self.steps, self.changed = steps, time.monotonic()
+        self.heard, self.where, self.waiting = time.monotonic(), where, waiting
+
+
+def _hang(beats, live, limit, stalled) -> WorkerHang:
+    """Name the rank that stopped: one not waiting in a collective (its peers wait for it),
+    then the fewest steps, then the longest without news."""
+    steps = {r: beats[r].steps for r in sorted(live)}
+    now = time.monotonic()
+    rank = min(live, key=lambda r: (beats[r].waiting, beats[r].steps, beats[r].heard or 0))
+    b = beats[rank]
+    doing = ("waiting in a collective" if b.waiting else "busy") + f" at {b.where}"
+    if b.heard is None or now - b.heard > 10 * BEAT_EVERY_S + 5:
+        doing = "no heartbeat " + ("ever" if b.heard is None else f"for {now - b.heard:.0f} s") + \
+            f" (holding the interpreter, or stopped; last seen at {b.where})"
+    why = (f"rank {rank} stopped making progress after {b.steps} steps, {now - b.changed:.0f} s ago: "
+           f"{doing}; steps per rank: {steps}")
+    what = "no progress" if stalled else "the run's time limit"
+    return WorkerHang(f"launch: {why}. Stopped after {limit:g} s ({what}); all workers were stopped",
+                      rank, steps)
+
+
 def _exit_error(rank: int, code: int | None) -> WorkerError:
     hint = ""
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            hint = f" (killed by {signal.Signals(-code).name})"
     if code == 1:  # what a failed bootstrap of a spawned interpreter returns
         hint = (" (its output above says why; a script that calls launch() must guard it "
                 "with `if __name__ == '__main__':`)")
     return WorkerError(rank, "ProcessExit", f"exited with code {code} before returning a result{hint}")
 
 
-def _drain(rank, conn, out, on_message, live) -> WorkerError | None:
+def _drain(rank, conn, out, on_message, live, beats) -> WorkerError | None:
     """Read everything rank has sent so far; return its error if it sent one."""
     try:
         while conn.poll():
             msg = conn.recv()
-            if msg[0] == "msg":
+            if msg[0] == "beat":
+                beats[rank].update(*msg[2:])
+            elif msg[0] == "msg":
                 if on_message is not None:
                     on_message(msg[1], msg[2])
             elif msg[0] == "ok":

@@ -15,12 +15,14 @@ so there is no added delay: the latency is the real one of the path.)
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import itertools
 import os
 import re
 import shutil
 import subprocess
+import sys
 
 IFNAME = "mt0"          # the rank's interface, same name in every rank namespace
 SUBNET = "169.254.77"   # link-local; exists only inside namespaces built here
@@ -188,3 +190,102 @@ class NetnsLink:
         state = "up" if self._up else "down"
         return (f"NetnsLink(workers={self.workers}, rate={self.rate_bits / 1e9:g} Gbit/s, "
                 f"burst={self.burst} B, {state})")
+
+
+# --- several emulated hosts, one torchrun each ---------------------------------------------
+def torchrun_host_args(node: int, nodes: int, addr: str, head: str, port: int, run_id: str) -> list[str]:
+    """torchrun's options for node `node` of `nodes` that a multi-host run needs beyond one
+    host's: the rendezvous on the head node (`is_host=1` there: the TCP store it serves;
+    elsewhere torchrun guesses by hostname, and with several addresses can guess wrong and
+    wait forever), the address this node is reached at (--local-addr), and no restarts
+    (one failure ends the job instead of a silent re-rendezvous)."""
+    return ["--nnodes", str(nodes), "--rdzv-backend", "c10d",   # c10d numbers the nodes itself
+            "--rdzv-endpoint", f"{head}:{port}", "--rdzv-id", run_id,
+            "--rdzv-conf", f"is_host={int(node == 0)},join_timeout=120",
+            "--local-addr", addr, "--max-restarts", "0"]
+
+
+def _pump(stream, prefix: str, sink) -> None:
+    for line in iter(stream.readline, ""):
+        sink.write(f"{prefix}{line}")
+        sink.flush()
+
+
+def multinode(torchrun_args: list[str], nodes: int = 2, gbit: float = 0.2, timeout: float = 600.0,
+              grace: float = 20.0, out=None) -> int:
+    """Run `torchrun <torchrun_args>` on `nodes` emulated hosts (one network namespace each,
+    joined by tc-shaped links of `gbit` Gbit/s) as a real multi-node job: rendezvous on
+    host 0, each host's own address, GLOO_SOCKET_IFNAME naming its interface. Lines are
+    printed prefixed with [host i]. Always ends: a host that fails stops the others after
+    `grace` seconds, and all are stopped after `timeout`. Returns 0 if every host did.
+
+        multinode(["--nproc-per-node", "1", "-m", "milktea.train", "--scheme", "topk"], nodes=2)
+    """
+    import signal
+    import threading
+    import time
+    out = out or sys.stdout
+    port, run_id = 29400, f"milktea{os.getpid()}"
+    with NetnsLink(nodes, rate_bits=gbit * 1e9) as net:
+        env = dict(os.environ, **net.worker_env())
+        for k in ("MASTER_ADDR", "MASTER_PORT"):   # torchrun sets them for its workers
+            env.pop(k, None)
+        procs, pumps = [], []
+        for i, ns in enumerate(net.namespaces):
+            cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run",
+                   *torchrun_host_args(i, nodes, net.address(i), net.address(0), port, run_id),
+                   *torchrun_args]
+            p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 start_new_session=True)   # its own group: stopped as a whole
+            procs.append(p)
+            pumps.append(threading.Thread(target=_pump, args=(p.stdout, f"[host {i}] ", out), daemon=True))
+            pumps[-1].start()
+        deadline, failed_at, why = time.monotonic() + timeout, None, ""
+        while any(p.poll() is None for p in procs):
+            now = time.monotonic()
+            bad = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
+            if bad and failed_at is None:
+                failed_at, why = now, f"host {bad[0]} exited with code {procs[bad[0]].returncode}"
+            if now > deadline or (failed_at is not None and now > failed_at + grace):
+                left = [i for i, p in enumerate(procs) if p.poll() is None]
+                why = why or f"still running after {timeout:g} s"
+                out.write(f"multinode: {why}; stopping hosts {left}\n")
+                for i in left:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(procs[i].pid, signal.SIGTERM)
+                time.sleep(5)
+                for i in left:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(procs[i].pid, signal.SIGKILL)
+                break
+            time.sleep(0.2)
+        for p in procs:
+            p.wait()
+        for t in pumps:
+            t.join(5)
+    codes = [p.returncode for p in procs]
+    out.write(f"multinode: exit codes per host {codes}\n")
+    return 0 if all(c == 0 for c in codes) else 1
+
+
+def main(argv=None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(
+        prog="python -m milktea.distributed.netns",
+        description="Emulated hosts on one Linux machine (root): network namespaces joined by tc-shaped links.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("multinode", help="run torchrun on N emulated hosts as one multi-node job",
+                       description=multinode.__doc__.split("\n\n")[0])
+    m.add_argument("--nodes", type=int, default=2)
+    m.add_argument("--link", type=float, default=0.2, metavar="GBIT", help="each host's link, Gbit/s")
+    m.add_argument("--timeout", type=float, default=600, help="seconds before every host is stopped")
+    m.add_argument("torchrun_args", nargs=argparse.REMAINDER, help="after --: torchrun's per-node arguments")
+    a = ap.parse_args(argv)
+    args = a.torchrun_args[1:] if a.torchrun_args[:1] == ["--"] else a.torchrun_args
+    if not args:
+        ap.error("give torchrun's arguments after --, e.g. -- --nproc-per-node 1 -m milktea.train")
+    return multinode(args, nodes=a.nodes, gbit=a.link, timeout=a.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

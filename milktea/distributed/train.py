@@ -3,7 +3,7 @@
 Under torchrun (one node or many):
     torchrun --nproc-per-node 2 -m milktea.train --scheme topk --ratio 0.01 --steps 200
 Without torchrun (starts local workers itself):
-    python -m milktea.train --nproc 2 --scheme powersgd --link 1gbit
+    python -m milktea.train --workers 2 --scheme powersgd --link 1
 From Python:
     from milktea.distributed.train import TrainConfig, train
     launch(train, 2, args=(TrainConfig(scheme="topk"),))     # rank 0's summary dict
@@ -11,6 +11,7 @@ From Python:
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -21,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from milktea.distributed import schemes
+from milktea.distributed.launch import progress
 
 
 @dataclass
@@ -120,17 +122,10 @@ class ComputeProbe:
         self.history.append(rec)
         return rec
 
-    def median(self, skip: int = 1) -> dict:
+    def median(self, skip: int = 2) -> dict:
+        """Median of each phase over the steps after `skip` warm-up steps."""
         rows = self.history[skip:] or self.history
         return {k: sorted(r[k] for r in rows)[len(rows) // 2] for k in rows[0]}
-
-
-def profile_compute(cfg: TrainConfig, steps: int = 5) -> dict:
-    """Median seconds of forward, backward and optimizer step with no communication."""
-    probe = ComputeProbe(cfg)
-    for _ in range(steps + 1):   # the first step warms up allocations
-        probe.step()
-    return probe.median()
 
 
 class Run:
@@ -159,10 +154,18 @@ class Run:
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)   # DDP re-points .grad at its bucket: no zeroing pass
         loss = self.task.loss(self.model(xb), yb).mean()
-        loss.backward()
+        _sync(self.device)
+        t1 = time.perf_counter()
+        loss.backward()   # with the hook's compression and communication, overlapped
+        _sync(self.device)
+        t2 = time.perf_counter()
         self.opt.step()
         _sync(self.device)
         step_s = time.perf_counter() - t0
+        # forward and optimizer step timed inside the real step: what the cost model adds
+        # to the link time needs no separate probe but for backward's compute
+        phases = {"forward_s": t1 - t0, "backward_s": t2 - t1, "optimizer_s": t0 + step_s - t2}
+        progress()   # under milktea's launcher: a rank whose steps stop is named as hung
         loss_v = float(loss.detach())
         if loss_v != loss_v or loss_v in (float("inf"), float("-inf")):
             raise FloatingPointError(f"the loss became {loss_v} at step {len(self.records)} with scheme "
@@ -170,7 +173,7 @@ class Run:
         hist = self.handle.stats.history
         st = hist[-1] if len(hist) > len(self.records) else None
         rec = {"scheme": self.cfg.scheme, "label": self.handle.label, "step": len(self.records),
-               "loss": loss_v, "step_s": step_s,
+               "loss": loss_v, "step_s": step_s, **phases,
                **({k: v for k, v in st.to_dict().items() if k != "step"} if st else {})}
         self.records.append(rec)
         return rec
@@ -183,13 +186,14 @@ class Run:
         evaluate on the held-out split; the same summary on every rank."""
         self.close()
         records = self.records
-        mine = torch.tensor([[r["loss"], r["step_s"]] for r in records], dtype=torch.float64)
+        timed = ("step_s", "forward_s", "backward_s", "optimizer_s")   # each the slowest rank's
+        mine = torch.tensor([[r["loss"], *(r[k] for k in timed)] for r in records], dtype=torch.float64)
         every = [torch.empty_like(mine) for _ in range(self.world)]
         dist.all_gather(every, mine)
         stacked = torch.stack(every)
         for i, r in enumerate(records):
             r["loss"] = float(stacked[:, i, 0].mean())
-            r["step_s"] = float(stacked[:, i, 1].max())
+            r.update({k: float(stacked[:, i, 1 + j].max()) for j, k in enumerate(timed)})
         stats = self.handle.stats
         return {"config": asdict(self.cfg), "scheme": self.cfg.scheme, "label": self.handle.label,
                 "workers": self.world, "params": sum(p.numel() for p in self.net.parameters()),
@@ -218,24 +222,76 @@ def train(cfg: TrainConfig | dict, model_link=None, on_step=None, link=None) -> 
     return run.finish()
 
 
-def _parse(argv):
-    ap = argparse.ArgumentParser(prog="python -m milktea.train",
-                                 description="Train the digits classifier with DDP and one communication scheme.")
-    defaults = TrainConfig()
+# --- the command line, generated from TrainConfig's fields (train and compare share it) ---
+FLAGS = {"link_gbit": "--link"}   # a field's flag where it is not --field-name
+HELP = {
+    "scheme": "how gradients cross the wire",
+    "ratio": "share of entries Top-K / Random-K keep",
+    "powersgd_rank": "rank of PowerSGD's factors",
+    "batch": "examples per worker per step",
+    "hidden": "MLP width (337000 gives ~25M parameters)",
+    "link_gbit": "emulate a link of this many Gbit/s (default: no emulation)",
+    "latency_us": "the emulated link's latency per message",
+    "start_step": "steps sent dense before compression starts",
+    "min_size": "tensors smaller than this stay dense",
+    "bucket_cap_mb": "DDP's gradient bucket size",
+}
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def flag(name: str) -> str:
+    """The command-line flag of TrainConfig field `name`."""
+    return FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+def add_config_arguments(ap: argparse.ArgumentParser, defaults: TrainConfig | None = None,
+                         skip: tuple = ()) -> None:
+    """One option per TrainConfig field (but those in `skip`), defaulting to `defaults`."""
+    defaults = defaults or TrainConfig()
     for f in fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
+        if f.name in skip:
+            continue
         v = getattr(defaults, f.name)
-        if f.name == "scheme":
-            ap.add_argument(flag, default=v, choices=schemes.SCHEMES)
-        elif f.name == "link_gbit":
-            ap.add_argument("--link", dest="link_gbit", type=float, default=None,
-                            help="emulate a link of this many Gbit/s (default: no emulation)")
-        else:
-            ap.add_argument(flag, type=type(v), default=v)
-    ap.add_argument("--nproc", type=int, default=None,
-                    help="start this many local workers (not needed under torchrun)")
-    ap.add_argument("--log", default=None, help="write one JSON line per step here (rank 0)")
-    return ap.parse_args(argv)
+        kind = float if v is None or isinstance(v, float) else type(v)
+        extra = {"choices": schemes.SCHEMES} if f.name == "scheme" else {}
+        shown = "" if v is None else f" (default {v})"
+        ap.add_argument(flag(f.name), dest=f.name, type=kind, default=v, help=HELP.get(f.name, "") + shown,
+                        metavar="GBIT" if f.name == "link_gbit" else None, **extra)
+
+
+def config_from_arguments(a: argparse.Namespace, defaults: TrainConfig | None = None) -> TrainConfig:
+    """The TrainConfig that parsed options `a` give (fields they lack: from `defaults`)."""
+    from dataclasses import replace
+    return replace(defaults or TrainConfig(),
+                   **{f.name: getattr(a, f.name) for f in fields(TrainConfig) if hasattr(a, f.name)})
+
+
+def add_run_arguments(ap: argparse.ArgumentParser, workers: int | None = 2) -> None:
+    """The options of a run rather than of training: local workers and the hang timeout.
+    Every flag here and in add_config_arguments is checked (tests/test_launch_cli.py)
+    never to be a prefix of one of torchrun's, which would make torchrun reject it."""
+    ap.add_argument("--workers", type=int, default=workers,
+                    help="local worker processes to start" + (" (not with torchrun)" if workers is None else ""))
+    ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                    help="stop, naming the rank, when one makes no progress for this long; also "
+                         f"how long a collective waits for a peer (default {DEFAULT_TIMEOUT_S:g})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m milktea.train", allow_abbrev=False,
+                                 description="Train the digits classifier with DDP and one communication scheme.")
+    add_config_arguments(ap)
+    add_run_arguments(ap, workers=None)
+    ap.add_argument("--jsonl", default=None, metavar="FILE", help="write one JSON line per step here (rank 0)")
+    return ap
+
+
+def launch_timeouts(timeout: float) -> dict:
+    """launch() keywords for a --timeout: the stall check fires before a peer's collective
+    times out, so that the report names the rank that stopped, not the one left waiting."""
+    if not timeout > 0:
+        raise ValueError(f"--timeout must be > 0 seconds, got {timeout}")
+    return {"stall_timeout": timeout, "collective_timeout": 2 * timeout + 30}
 
 
 def _print_summary(res: dict, log: str | None) -> None:
@@ -255,28 +311,29 @@ def _print_summary(res: dict, log: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    a = _parse(argv if argv is not None else sys.argv[1:])
-    cfg = TrainConfig(**{f.name: getattr(a, f.name) for f in fields(TrainConfig)})
-    if "RANK" in os.environ and a.nproc is None:   # under torchrun: join its process group
+    a = build_parser().parse_args(argv if argv is not None else sys.argv[1:])
+    cfg = config_from_arguments(a)
+    timeouts = launch_timeouts(a.timeout)
+    if "RANK" in os.environ and a.workers is None:   # under torchrun: join its process group
         from milktea.distributed.launch import pick_backend
         backend = "nccl" if pick_backend(int(os.environ.get("LOCAL_WORLD_SIZE", 1))) == "nccl" else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group(backend)
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=a.timeout))
         try:
             res = train(cfg)
         finally:
             dist.destroy_process_group()
         if int(os.environ["RANK"]) == 0:
-            _print_summary(res, a.log)
+            _print_summary(res, a.jsonl)
         return
     from milktea.distributed.launch import WorkerError, launch
     try:
-        res = launch(train, a.nproc or 2, args=(cfg,))
-    except WorkerError as e:
+        res = launch(train, a.workers or 2, args=(cfg,), **timeouts)
+    except (WorkerError, TimeoutError) as e:
         print(e, file=sys.stderr)
         raise SystemExit(1) from None
-    _print_summary(res, a.log)
+    _print_summary(res, a.jsonl)
 
 
 if __name__ == "__main__":

@@ -203,7 +203,7 @@ def loss_trend_sentence(comparison) -> str:
     rows = loss_trends(comparison)
     bad = [r for r in rows if r["diverging"]]
     if not bad:
-        return (f"Every scheme's training loss fell over the run (first and last steps averaged): "
+        return ("Every scheme's training loss fell over the run (first and last steps averaged): "
                 + ", ".join(f"{r['scheme']} {r['first loss']:.2f} → {r['last loss']:.2f}" for r in rows) + ".")
     return ("**Diverging:** " + ", ".join(f"{r['scheme']} (training loss {r['first loss']:.2f} → {r['last loss']:.2f})"
                                           for r in bad)
