@@ -320,6 +320,21 @@ def overlapped_timeline(backward_times, comm_times, forward=0.0) -> Timeline:
     return Timeline((0.0, f), back, comm, max(now, link_free), serial=f + sum(b) + sum(c))
 
 
+def _timing_points(sizes_bytes, times_s) -> tuple[np.ndarray, np.ndarray]:
+    """(sizes, times) as float64 arrays, checked: one finite time > 0 per finite size >= 0,
+    and at least two distinct sizes (one size cannot separate latency from bandwidth)."""
+    m = np.asarray(sizes_bytes, dtype=np.float64).ravel()
+    t = np.asarray(times_s, dtype=np.float64).ravel()
+    if m.shape != t.shape:
+        raise ValueError(f"need one time per size, got {m.size} sizes and {t.size} times")
+    if not (np.isfinite(m).all() and np.isfinite(t).all()) or (m < 0).any() or (t <= 0).any():
+        raise ValueError("sizes must be finite and >= 0, times finite and > 0")
+    if np.unique(m).size < 2:
+        raise ValueError(f"need at least 2 distinct message sizes to separate latency from bandwidth, "
+                         f"got {np.unique(m).size}; time a small and a large message")
+    return m, t
+
+
 def calibrate(sizes_bytes, times_s, workers: int, collective: str = "allreduce") -> Link:
     """Fit alpha (latency) and B (bandwidth) to measured collective times by least squares.
 
@@ -333,15 +348,7 @@ def calibrate(sizes_bytes, times_s, workers: int, collective: str = "allreduce")
     Link(8.00 Gbit/s, 20 us)
     """
     N = _workers(workers)
-    m = np.asarray(sizes_bytes, dtype=np.float64).ravel()
-    t = np.asarray(times_s, dtype=np.float64).ravel()
-    if m.shape != t.shape:
-        raise ValueError(f"need one time per size, got {m.size} sizes and {t.size} times")
-    if not (np.isfinite(m).all() and np.isfinite(t).all()) or (m < 0).any() or (t <= 0).any():
-        raise ValueError("sizes must be finite and >= 0, times finite and > 0")
-    if np.unique(m).size < 2:
-        raise ValueError(f"need at least 2 distinct message sizes to separate latency from bandwidth, "
-                         f"got {np.unique(m).size}")
+    m, t = _timing_points(sizes_bytes, times_s)
     if collective in ("allreduce", "compressed_allreduce"):     # the same alpha and beta counts
         if N == 1:
             raise ValueError("a 1-worker all-reduce sends nothing: calibrate with workers >= 2")
@@ -375,15 +382,7 @@ def fit_allreduce_link(sizes_bytes, times_s, workers: int) -> Link:
     Link(8.00 Gbit/s, 20 us)
     """
     N = _workers(workers)
-    m = np.asarray(sizes_bytes, dtype=np.float64).ravel()
-    t = np.asarray(times_s, dtype=np.float64).ravel()
-    if m.shape != t.shape:
-        raise ValueError(f"need one time per size, got {m.size} sizes and {t.size} times")
-    if not (np.isfinite(m).all() and np.isfinite(t).all()) or (m < 0).any() or (t <= 0).any():
-        raise ValueError("sizes must be finite and >= 0, times finite and > 0")
-    if np.unique(m).size < 2:
-        raise ValueError(f"need at least 2 distinct message sizes to separate latency from bandwidth, "
-                         f"got {np.unique(m).size}; time a small and a large all-reduce")
+    m, t = _timing_points(sizes_bytes, times_s)   # checked here: the fallback below must not see bad points
     if N == 1:
         raise ValueError("a 1-worker all-reduce sends nothing: calibrate with workers >= 2")
     try:
