@@ -95,9 +95,19 @@ def register_codec(name: str, id: int, decode: Callable, *, expansion: float,
     return codec
 
 
+def _load_library_codecs() -> None:
+    # The library's compressor modules register their codecs when imported. `import milktea`
+    # is lazy, so a process that only reads packets may not have imported them yet: do it on
+    # the first lookup that misses (a call-time import: packet.py itself depends on nothing).
+    import milktea.compressors  # noqa: F401
+
+
 def get_codec(name: str) -> Codec:
     """The registered codec called `name` (ValueError naming the known ones otherwise)."""
     codec = _BY_NAME.get(name)
+    if codec is None:
+        _load_library_codecs()
+        codec = _BY_NAME.get(name)
     if codec is None:
         raise ValueError(f"unknown codec {name!r}; known: {sorted(_BY_NAME)} "
                          f"(a compressor module registers its codec with register_codec)")
@@ -336,6 +346,8 @@ def _parse_header(b: bytes):
         raise ValueError("not a milktea packet (bad magic bytes)")
     if b[2] != VERSION:
         raise ValueError(f"packet version {b[2]} is not supported (expected {VERSION})")
+    if b[3] not in _BY_ID:
+        _load_library_codecs()
     if b[3] not in _BY_ID:
         raise ValueError(f"malformed packet: unknown codec id {b[3]}; known: "
                          f"{ {c.name: i for i, c in sorted(_BY_ID.items())} }")

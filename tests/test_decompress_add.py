@@ -69,6 +69,7 @@ needs_proc = pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason=
 PROBE = r"""
 import json, sys, torch
 import milktea
+import milktea.compressors, milktea.kernels   # loaded before the baseline: measure temporaries, not imports
 from milktea import Packet
 torch.set_num_threads(1)
 def peak():   # this process's high-water RSS (ru_maxrss would carry over the parent's)
@@ -115,5 +116,6 @@ def test_no_full_size_temporary(name, tmp_path):
     assert grew["naive"] > 0.9 * full, grew             # the probe does see a full-size tensor
     if kept:   # sparse: the indices are decoded whole, so temporaries grow with k, not n
         assert grew["fused"] < min(96 * kept, full / 4), grew
-    else:      # the rest work piece by piece
-        assert grew["fused"] < full / 8, grew
+    else:      # the rest work piece by piece: a few MB of scratch (index and float temporaries
+        # of one 65,536-entry piece, and what the allocator keeps of them), never the tensor
+        assert grew["fused"] < full / 4, grew
