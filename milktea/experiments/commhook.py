@@ -223,11 +223,9 @@ def _powersgd(x, y):
         saved = state.state_dict()
     finally:
         state.close()
-    floats = 0
-    for bucket in saved["buckets"].values():
-        for value in _tensors(bucket):
-            floats += value.numel()
-    return {"milktea PowerSGD: steps": saved["step"], "milktea PowerSGD: buckets saved": len(saved["buckets"]),
+    floats = sum(t.numel() for t in _tensors(saved["params"]) if t.is_floating_point())   # not RNG states
+    return {"milktea PowerSGD: steps": saved["step"],
+            "milktea PowerSGD: parameters with a saved ledger": len(saved["params"]["residuals"]),
             "milktea PowerSGD: floats in the saved state": floats,
             "milktea PowerSGD: parameters": sum(p.numel() for p in m.parameters())}
 
