@@ -94,7 +94,10 @@ def command(argv: list[str], sandbox: Sandbox, tmp_mb: int = 64, child_script: s
             b += ["--ro-bind", top, top]
     if os.path.exists("/etc/ld.so.cache"):
         b += ["--perms", "0755", "--dir", "/etc", "--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-    made = set()
+    # the private /tmp first: a Python installed under /tmp (a CI checkout, say) is then bound
+    # on top of it, instead of being hidden by it
+    b += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp"]
+    made = {"/tmp", "/proc", "/dev"}   # mounted above: keep their own permissions
     for root in python_roots():
         parts = root.split("/")
         for n in range(2, len(parts)):   # parents made by bwrap would be 0700: unreadable for the child
@@ -105,8 +108,7 @@ def command(argv: list[str], sandbox: Sandbox, tmp_mb: int = 64, child_script: s
         b += ["--ro-bind", root, root]
     if child_script:
         b += ["--perms", "0755", "--dir", os.path.dirname(CHILD_PATH), "--ro-bind", child_script, CHILD_PATH]
-    b += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
-          "--chdir", "/tmp"]
+    b += ["--chdir", "/tmp"]
     if info_fd is not None:
         b += ["--info-fd", str(info_fd)]
     if os.geteuid() == 0:
