@@ -10,7 +10,8 @@ import pytest
 from milktea.threads import cpu_count, per_rank
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROBE = ("import json, milktea, numba, torch; from milktea import threads; "
+# milktea.kernels (what loads numba for milktea) sizes the pools before numba starts them
+PROBE = ("import json, milktea.kernels, numba, torch; from milktea import threads; "
          "print(json.dumps([numba.config.NUMBA_NUM_THREADS, torch.get_num_threads(), threads.configure()]))")
 
 
