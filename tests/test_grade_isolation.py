@@ -16,7 +16,9 @@ from milktea.grade.child import encode
 from milktea.grade.sandbox import Cell, Limits, TaskJob, run
 
 BOX = isolation.probe()
-pytestmark = pytest.mark.skipif(not BOX.isolated, reason=f"no sandbox here: {BOX.why}")
+# CI must not skip these: a sandbox that cannot start there is a failure, not a pass
+pytestmark = pytest.mark.skipif(not BOX.isolated and os.environ.get("CI") != "true",
+                                reason=f"no sandbox here: {BOX.why}")
 LIMITS = Limits(task_seconds=15, submission_seconds=60, memory_mb=1024)
 SECRET = "milktea-grader-secret-7f3a"
 MARK = "milktea-attack-7f3a"     # in the command line of every process an attack starts
