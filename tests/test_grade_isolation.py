@@ -118,7 +118,10 @@ def test_dir_fd_and_relative_paths_reach_nothing():
                     pass
         return json.dumps(found)
     """))
-    assert json.loads(got) == []
+    # the only folders a child can list on the way are those that lead to the mounted Python
+    # (the repo root shows `.venv` when the venv lives in a checkout): never a file of ours
+    python_path = {part for r in isolation.python_roots() for part in r.split("/") if part}
+    assert all(set(listing) <= python_path for listing in json.loads(got)), got
 
 
 def test_nothing_outside_tmp_can_be_written(tmp_path):
