@@ -94,3 +94,28 @@ def hook_vs_packets():
 def test_the_ddp_hook_runs_it_on_two_gloo_ranks():
     res = launch(hook_vs_packets, 2, timeout=170)
     assert res["compressed"] and res["worst"] <= 1e-6, res
+
+
+def test_compare_trains_it_beside_dense():
+    from milktea.distributed import schemes
+    from milktea.distributed.compare import compare
+    schemes.register("every-other", EveryOther(), error_feedback=True, label="every other entry+EF")
+    try:
+        res = compare(["dense", "every-other"], steps=3, hidden=32, link_gbit=1.0, progress=False,
+                      calibrate_sizes=(1 << 12, 1 << 16), timeout=240)
+    finally:
+        schemes.unregister("every-other")
+    rows = {r["scheme"]: r for r in res.rows}
+    assert "error" not in rows["every-other"], rows["every-other"]
+    assert rows["every-other"]["label"] == "every other entry+EF"
+    # about half the bytes of dense (the small biases go dense, the weights lose every other entry)
+    assert 0.4 < rows["every-other"]["payload_mb"] / rows["dense"]["payload_mb"] < 0.75
+    assert "every-other" not in schemes.SCHEMES
+
+
+def test_register_refuses_what_it_cannot_run():
+    from milktea.distributed import schemes
+    with pytest.raises(ValueError, match="built-in"):
+        schemes.register("topk", EveryOther())
+    with pytest.raises(TypeError, match="milktea compressor"):
+        schemes.register("mine", object())

@@ -72,10 +72,11 @@ def fits_in_memory(n_schemes: int, params: int, workers: int) -> bool:
     return (n_schemes + 1) * params * 16 * workers < 0.5 * avail
 
 
-def _worker(cfg: dict, names: list[str], calibrate_sizes, interleave: bool):
+def _worker(cfg: dict, names: list[str], calibrate_sizes, interleave: bool, extra: dict | None = None):
     from milktea.distributed.calibrate import calibrate_link
     from milktea.distributed.train import ComputeProbe, Run, TrainConfig, device_for_rank, emulated_link
     rank = dist.get_rank()
+    schemes.adopt(extra or {})      # schemes registered in the parent (a user's own compressor)
     base = TrainConfig(**cfg)
     emulated = emulated_link(base)
     model_link = calibrate_link(calibrate_sizes, emulated=emulated, device=device_for_rank())
@@ -175,7 +176,7 @@ def compare(names=schemes.COMPARE_DEFAULT, config=None, *, workers: int = 2, net
         progress_bars(rank, msg)
         if on_message is not None:
             on_message(rank, msg)
-    args = (cfg, names, list(calibrate_sizes), interleave)
+    args = (cfg, names, list(calibrate_sizes), interleave, schemes.registered(names))
     from milktea.distributed.train import launch_timeouts
     limits = dict(timeout=timeout, **(launch_timeouts(stall_timeout) if stall_timeout else {}))
     try:

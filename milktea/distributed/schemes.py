@@ -42,9 +42,68 @@ TORCH = {
     "torch-powersgd": "PyTorch powerSGD_hook r{rank}",
     "torch-batched-powersgd": "PyTorch batched_powerSGD_hook r{rank}",
 }
+BUILTIN = tuple(MILKTEA)
 SCHEMES = tuple(MILKTEA) + tuple(TORCH)
 COMPARE_DEFAULT = ("dense", "torch-fp16", "torch-bf16", "torch-powersgd", "torch-batched-powersgd",
                    "topk", "topk-approx", "int8", "sign", "topk-int8", "powersgd", "auto")
+
+
+class _Copies:
+    """A picklable factory: a fresh deep copy of one compressor (a registered scheme)."""
+
+    def __init__(self, compressor):
+        self.compressor = compressor
+
+    def __call__(self, ratio, rank):
+        import copy
+        return copy.deepcopy(self.compressor)
+
+
+def register(name: str, compressor, *, error_feedback: bool = True, label: str | None = None) -> str:
+    """Make `name` a scheme that `build`, `compare`, `TrainConfig` and the command lines
+    accept, sending gradients with `compressor` (any milktea Compressor, including one
+    defined in your own file: its `protocol` attribute says how it crosses the wire).
+
+    >>> from milktea import TopK
+    >>> register("topk-5pct", TopK(0.05), label="my Top-5%+EF")
+    'topk-5pct'
+    >>> label("topk-5pct")
+    'my Top-5%+EF'
+    >>> unregister("topk-5pct")
+    """
+    global SCHEMES
+    if not isinstance(name, str) or not name or "," in name:
+        raise TypeError(f"a scheme name is a non-empty str without commas, got {name!r}")
+    if name in BUILTIN or name in TORCH:
+        raise ValueError(f"{name!r} is a built-in scheme; choose another name")
+    if not all(hasattr(compressor, m) for m in ("compress", "decompress", "fork")):
+        raise TypeError(f"compressor must be a milktea compressor, got {type(compressor).__name__}")
+    text = (label if label is not None else f"{name}{'+EF' if error_feedback else ''}")
+    MILKTEA[name] = (text.replace("{", "{{").replace("}", "}}"), _Copies(compressor), bool(error_feedback))
+    SCHEMES = tuple(MILKTEA) + tuple(TORCH)
+    return name
+
+
+def unregister(name: str) -> None:
+    """Forget a scheme added with `register`."""
+    global SCHEMES
+    if name in BUILTIN or name not in MILKTEA:
+        raise ValueError(f"{name!r} is not a registered scheme")
+    del MILKTEA[name]
+    SCHEMES = tuple(MILKTEA) + tuple(TORCH)
+
+
+def registered(names=None) -> dict:
+    """The schemes added with `register` (among `names`, if given): what a worker process
+    needs to know them too (see `adopt`)."""
+    return {n: MILKTEA[n] for n in MILKTEA if n not in BUILTIN and (names is None or n in names)}
+
+
+def adopt(entries: dict) -> None:
+    """In a worker process: know the schemes `registered()` returned in the parent."""
+    global SCHEMES
+    MILKTEA.update(entries)
+    SCHEMES = tuple(MILKTEA) + tuple(TORCH)
 
 
 def label(name: str, ratio: float = 0.01, rank: int = 4) -> str:
