@@ -41,11 +41,6 @@ class StepStats:
         """Compression ratio of this step: dense bytes / payload bytes."""
         return self.dense_bytes / self.payload_bytes if self.payload_bytes else float("nan")
 
-    def predict_comm(self, link, workers: int) -> float:
-        """Seconds these collectives take on `link` (a cost.Link) by the cost model."""
-        from milktea import cost
-        return sum(cost.comm_time(n, workers, link, kind) for kind, n in self.ops)
-
     def to_dict(self) -> dict:
         d = asdict(self)
         d["ratio"] = self.ratio

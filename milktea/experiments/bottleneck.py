@@ -38,10 +38,6 @@ class Breakdown:
         return cost.iteration_time(self.compute, self.comm_ring)
 
     @property
-    def step_ps(self) -> float:
-        return cost.iteration_time(self.compute, self.comm_ps)
-
-    @property
     def waiting(self) -> float:
         """Share of a ring step spent waiting for the network."""
         return cost.waiting_fraction(self.compute, self.comm_ring) if self.step_ring > 0 else 0.0

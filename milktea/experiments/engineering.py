@@ -45,10 +45,6 @@ class Profile:
     def total_params(self) -> int:
         return sum(self.params)
 
-    @property
-    def total_backward(self) -> float:
-        return sum(self.backward_s)
-
 
 def buckets(profile: Profile, bucket_mb: float) -> list[tuple[int, float]]:
     """Group tensors into buckets in backward order, as DDP does: a bucket closes once it

@@ -211,10 +211,3 @@ def _case_text(t, case, problem, o, limits) -> str:
     if o.kind == "budget":
         return f"{head}\n    not run: {o.message}"
     return f"{head}\n    raised {o.message}{at}"
-
-
-def result_dict(res: NotebookResult) -> dict:
-    """Plain data for saving (no values from the student's process survive except text)."""
-    return {"chapter": res.chapter, "path": res.path, "notes": res.notes, "seconds": round(res.seconds, 3),
-            "tasks": [t.to_dict() for t in res.tasks], "output": res.output[-2000:]}
-

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..experiments.bottleneck import AllReduceMeasurement, Breakdown, PhoneNight, RingRun, seconds
+from ..experiments.bottleneck import AllReduceMeasurement, Breakdown, PhoneNight, seconds
 
 COMPUTE, COMM, IDLE = "tab:blue", "tab:orange", "tab:red"
 
@@ -128,8 +128,3 @@ def phone_night_bars(night: PhoneNight, ax=None):
     ax.set_title(f"{night.branches} branches, {night.lines:,} lines each, "
                  f"{night.lines_per_second:g} lines per second", fontsize=10)
     return ax
-
-
-def ring_run_summary(run: RingRun) -> str:
-    """One line about an executed ring: steps and bytes per worker."""
-    return f"{len(run.result)} workers, {run.steps} steps, bytes sent per worker: {run.bytes_sent.tolist()}"
