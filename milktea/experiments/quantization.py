@@ -9,11 +9,13 @@ scales, stochastic rounding's unbiasedness, QSGD's variance bound, Top-K then qu
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
 
 from ..checks import check_grad, check_positive_int
+from ..i18n import _
 from ..compressors import QSGD, Cast, Chain, Compressor, Quantize, Sign, TopK
 from ..compressors.base import from_bytes
 from ..packet import Packet
@@ -221,7 +223,7 @@ def qsgd_variance(x: torch.Tensor, levels=(1, 2, 4, 8, 16, 64), chunk: int | Non
     for s in levels:
         q = QSGD(levels=s, chunk=chunk, seed=seed)
         sq, mean = 0.0, torch.zeros_like(x)
-        for _ in range(draws):
+        for _draw in range(draws):
             y = q.decompress(q.compress(x))
             sq += float((y - x).pow(2).sum())
             mean += y
@@ -304,3 +306,38 @@ def snap(x: torch.Tensor, bits: int = 4, chunk: int | None = 1024, stochastic: b
         grid, half = torch.arange(-q, q + 1, dtype=torch.float32) * step, step / 2
         return Snap(c.name, x, y, grid, half, p.nbytes, p.ratio, relative_error(x, y), steps)
     return Snap(c.name, x, y, grid, half, p.nbytes, p.ratio, relative_error(x, y))
+
+
+def onebit_adam(task=None, *, workers: int = 4, steps: int = 60, warmups=(20, 1), lr: float = 0.01,
+                eval_every: int = 10, seed: int = 0, device=None):
+    """Adam on a dense all-reduce beside 1-bit Adam with each warm-up in `warmups`, in the
+    simulator (digits by default). Returns (histories, rows); a row has the run's label,
+    its warm-up, held-out accuracy and loss, and the bytes a worker sent per step after
+    the longest warm-up (`R`: dense bytes over those).
+
+    >>> hs, rows = onebit_adam(workers=2, steps=12, warmups=(4,), eval_every=12, device="cpu")
+    >>> [r["warmup"] for r in rows], rows[1]["R"] > 20, rows[1]["diverged_at"]
+    ([None, 4], True, None)
+    """
+    from ..onebit import OneBitAdam
+    from ..simulate import simulate
+    from ..tasks import Digits
+    task = Digits(hidden=32) if task is None else task
+    check_positive_int(steps, "steps")
+    if not warmups or any(not isinstance(w, int) or isinstance(w, bool) or not 1 <= w < steps for w in warmups):
+        raise ValueError(f"warmups must be ints from 1 to steps - 1 ({steps - 1}), got {warmups!r}")
+    after = max(warmups)
+    histories, rows = [], []
+    for warmup in (None, *warmups):
+        with warnings.catch_warnings():   # a run that blows up is a result here: see diverged_at
+            warnings.simplefilter("ignore", UserWarning)
+            h = simulate(task, workers=workers, steps=steps, seed=seed, progress=False, device=device,
+                         eval_every=eval_every, optimizer=OneBitAdam(lr=lr, warmup=warmup))
+        h.scheme = _("Adam, dense") if warmup is None else _("1-bit Adam, warm-up {n}").format(n=warmup)
+        late = h.bytes_per_worker[after:]
+        per_step = sum(late) / len(late)
+        histories.append(h)
+        rows.append({"run": h.scheme, "warmup": warmup, "accuracy": h.final("accuracy"), "loss": h.final("loss"),
+                     "bytes_per_step": per_step, "R": h.dense_bytes / per_step,
+                     "diverged_at": h.diverged_at})
+    return histories, rows
