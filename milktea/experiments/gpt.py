@@ -188,6 +188,7 @@ def side_by_side(task=None, schemes=None, *, workers: int = 4, steps: int = 30, 
     for label, comp, ef in (schemes if schemes is not None else default_schemes()):
         h = simulate(task, comp, workers=workers, steps=steps, batch=batch, lr=lr, momentum=momentum,
                      error_feedback=ef, seed=seed, progress=progress, eval_every=eval_every or steps, device="cpu")
+        h.scheme = label    # the plots' legend
         rows.append({"scheme": label, "val loss": h.final("loss"), "perplexity": h.final("perplexity"),
                      "accuracy": h.final("accuracy"), "R": h.ratio, "wall s": h.wall_time,
                      "diverged": h.diverged_at is not None, "history": h})
