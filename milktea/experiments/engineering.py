@@ -411,3 +411,37 @@ def loopback_verdict(fast, slow_dense_ms: float) -> str:
     return text + (" Even loopback is not free on a busy CPU (the bytes are copied through the kernel), so a scheme "
                    "with a cheap codec can still win a little here; the re-priced curves above show a link that is "
                    "really fast.")
+
+
+def protocols_by_workers(params: float, ratio: float, link=None, workers=(2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)):
+    """Bytes and seconds per worker per step, by the cost model, of the three ways to
+    exchange a gradient of `params` fp32 numbers as `workers` grows: a dense ring
+    all-reduce; all-gather of packets `ratio` times smaller (each worker receives N - 1);
+    and the compressed all-reduce (about 2(N-1)/N of a packet, whatever N). Returns
+    (rows, crossings): `crossings["allgather_over_dense"]`, the first N where gathering
+    packets moves more bytes than the dense ring (R > N/2 fails), and
+    `crossings["compressed_allreduce_faster"]`, the first N where the cost model picks the
+    compressed all-reduce over all-gather (None: not within `workers`).
+
+    >>> rows, cross = protocols_by_workers(124e6, 80.0, workers=(2, 64, 256))
+    >>> [r["best"] for r in rows], cross["allgather_over_dense"]
+    (['allgather', 'compressed_allreduce', 'compressed_allreduce'], 256)
+    """
+    link = cost.Link.gbit(10) if link is None else link
+    if not ratio > 1:
+        raise ValueError(f"ratio must be > 1 (a compressed packet is smaller than the gradient), got {ratio!r}")
+    dense = cost.gradient_bytes(params)
+    packet = dense / ratio
+    rows, cross = [], {"allgather_over_dense": None, "compressed_allreduce_faster": None}
+    for n in workers:
+        c = cost.protocol_costs(packet, n, link, dense_bytes=dense)
+        best = min(c, key=lambda k: c[k]["seconds"])
+        rows.append({"workers": n, "dense MB": c["dense"]["bytes"] / 1e6, "allgather MB": c["allgather"]["bytes"] / 1e6,
+                     "compressed allreduce MB": c["compressed_allreduce"]["bytes"] / 1e6,
+                     "dense s": c["dense"]["seconds"], "allgather s": c["allgather"]["seconds"],
+                     "compressed allreduce s": c["compressed_allreduce"]["seconds"], "best": best})
+        if cross["allgather_over_dense"] is None and c["allgather"]["bytes"] > c["dense"]["bytes"]:
+            cross["allgather_over_dense"] = n
+        if cross["compressed_allreduce_faster"] is None and cost.choose_protocol(packet, n, link) == "compressed_allreduce":
+            cross["compressed_allreduce_faster"] = n
+    return rows, cross

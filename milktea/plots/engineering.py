@@ -166,3 +166,20 @@ def ab_accuracy(comparison, ax=None):
     ax.set_xlabel(f"test accuracy after {comparison.config['steps']} steps")
     ax.set_xlim(0, 1)
     return ax
+
+
+def protocols_by_workers(rows, ax=None):
+    """Bytes each worker moves per step against the number of workers, per protocol (log-log)."""
+    from ..i18n import _
+    ax = _ax(ax, (7, 3.6))
+    n = [r["workers"] for r in rows]
+    for key, label, style in (("dense MB", _("dense ring all-reduce"), {"color": "k", "ls": "--"}),
+                              ("allgather MB", _("all-gather of packets"), {"color": "tab:red"}),
+                              ("compressed allreduce MB", _("compressed all-reduce"), {"color": "tab:green"})):
+        ax.plot(n, [r[key] for r in rows], marker="o", ms=3, label=label, **style)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(_("workers N"))
+    ax.set_ylabel(_("MB per worker per step"))
+    ax.legend(fontsize="small")
+    return ax
