@@ -58,6 +58,21 @@ def test_live_run_streams_records_and_tables():
 
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
+def test_live_run_takes_a_train_config_and_trains_the_gpt():
+    pytest.importorskip("milktea.distributed.compare")
+    from milktea.distributed.train import TrainConfig
+    from milktea.experiments import dashboard as exp
+    steps = []
+    result = exp.live_run(["dense", "topk"], lambda rank, msg: steps.append(msg[1]) if msg[0] == "step" else None,
+                          TrainConfig(task="gpt", steps=3, batch=4, lr=0.1, link_gbit=None))
+    assert [r["scheme"] for r in result.rows] == ["dense", "topk"]
+    assert all("error" not in r for r in result.rows), result.rows
+    assert result.config["task"] == "gpt" and len(steps) == 6
+    assert all(s["scheme"] in ("dense", "topk") for s in steps)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
 def test_dashboard_redraws_while_training():
     pytest.importorskip("milktea.distributed.compare")
     from milktea.widgets.dashboard import Dashboard

@@ -94,20 +94,22 @@ class Recorder:
                 f"<b>{self.current}</b>; {took:.0f} s since start")
 
 
-def live_run(names, on_record=None, *, workers: int = 2, link_gbit: float | None = 1.0, latency_us: float = 50.0,
-             steps: int = 20, hidden: int = 16384, batch: int = 32, lr: float = 0.05, momentum: float = 0.9,
-             ratio: float = 0.01, powersgd_rank: int = 4, seed: int = 0, interleave: bool | None = None,
-             timeout: float | None = None):
-    """Train every scheme in `names` on `workers` local ranks over an emulated link (None:
-    loopback), calling `on_record(rank, message)` with each message rank 0 sends while it
-    trains; return the same `milktea.distributed.report.Comparison` as `compare`. With `interleave`
-    (the default when the models fit in memory) the schemes take turns step by step, so
-    every curve grows at once and all of them see the same load."""
+def live_run(names, on_record=None, config=None, *, workers: int = 2, interleave: bool | None = None,
+             timeout: float | None = None, **settings):
+    """Train every scheme in `names` on `workers` local ranks, calling `on_record(rank,
+    message)` with each message rank 0 sends while it trains; return the same
+    `milktea.distributed.report.Comparison` as `compare`. `config`: a TrainConfig (task,
+    model size, link, steps...; default: the digits MLP 16,384 wide, 20 steps, an emulated
+    1 Gbit/s link); `settings`: TrainConfig fields applied on top (steps=5, task="gpt",
+    link_gbit=None for loopback...). With `interleave` (the default when the models fit in
+    memory) the schemes take turns step by step, so every curve grows at once and all of
+    them see the same load."""
     from ..distributed.compare import compare
-    return compare(names, workers=workers, link_gbit=link_gbit, latency_us=latency_us, steps=steps,
-                   hidden=hidden, batch=batch, lr=lr, momentum=momentum, ratio=ratio,
-                   powersgd_rank=powersgd_rank, seed=seed, interleave=interleave, progress=False,
-                   on_message=on_record, timeout=timeout)
+    from ..distributed.train import TrainConfig
+    if config is None:
+        config = TrainConfig(steps=20, hidden=16384, link_gbit=1.0)
+    return compare(names, config, workers=workers, interleave=interleave, progress=False,
+                   on_message=on_record, timeout=timeout, **settings)
 
 
 def evaluation(comparison) -> list[dict]:

@@ -23,9 +23,10 @@ class Dashboard:
     """
 
     def __init__(self, schemes=("dense", "torch-fp16", "torch-powersgd", "sign"), *, steps: int = 20,
-                 link_gbit: float = 1.0, workers: int = 2, hidden: int = 16384, redraw_s: float = 1.0):
+                 link_gbit: float = 1.0, workers: int = 2, hidden: int = 16384, task: str = "digits",
+                 redraw_s: float = 1.0):
         import ipywidgets as w
-        self.schemes, self.workers, self.hidden = list(schemes), workers, hidden
+        self.schemes, self.workers, self.hidden, self.task = list(schemes), workers, hidden, task
         self.result, self.recorder = None, None
         self.header = w.HTML("<b>head office</b>: no run yet")
         self.live_out = w.Output()
@@ -78,7 +79,7 @@ class Dashboard:
         painter.start()
         try:
             self.result = exp.live_run(schemes, self.recorder, workers=self.workers, link_gbit=link,
-                                       steps=self.steps.value, hidden=self.hidden, **options)
+                                       steps=self.steps.value, hidden=self.hidden, task=self.task, **options)
         finally:
             done.set()
             painter.join()
