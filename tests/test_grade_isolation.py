@@ -1,9 +1,11 @@
 """The sandbox alone (audit hook switched off): what student code can reach is what the
 kernel put in its world. Each attack returns what it managed to get; the tests assert it got
 nothing, that no file outside the child's /tmp changed and that no process outlived it."""
+import dataclasses
 import json
 import os
 import socket
+import sys
 import textwrap
 import time
 
@@ -20,6 +22,15 @@ BOX = isolation.probe()
 pytestmark = pytest.mark.skipif(not BOX.isolated and os.environ.get("CI") != "true",
                                 reason=f"no sandbox here: {BOX.why}")
 LIMITS = Limits(task_seconds=15, submission_seconds=60, memory_mb=1024)
+# as root, children fork from a sandboxed zygote; bubblewrap per child is what a non-root
+# grader uses: every test here runs against both worlds
+KINDS = [BOX, dataclasses.replace(BOX, zygote=False)] if BOX.zygote else [BOX]
+
+
+@pytest.fixture(autouse=True, params=KINDS, ids=lambda b: "zygote" if b.zygote else "bwrap")
+def each_world(request, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "BOX", request.param)
+    return request.param
 SECRET = "milktea-grader-secret-7f3a"
 MARK = "milktea-attack-7f3a"     # in the command line of every process an attack starts
 
@@ -73,9 +84,14 @@ def test_the_world_holds_python_and_nothing_else(secret_env):
         top = sorted(os.listdir('/'))
         etc = sorted(os.listdir('/etc'))
         procs = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
-        return json.dumps([top, etc, procs, os.getuid(), dict(os.environ), socket.gethostname()])
+        with open('/proc/self/status') as f:
+            status = dict(line.split(None, 1) for line in f if line.startswith(("Cap", "NoNew")))
+        return json.dumps([top, etc, procs, os.getuid(), dict(os.environ), socket.gethostname(), status])
     """))
-    top, etc, procs, uid, env, host = json.loads(got)
+    top, etc, procs, uid, env, host, status = json.loads(got)
+    # no capability left, none to gain back through an exec, no set-uid program can help
+    assert {status[k].strip() for k in ("CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:")} == {"0" * 16}
+    assert status["NoNewPrivs:"].strip() == "1"
     roots = isolation.python_roots()
     for name in top:
         if name not in ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "dev", "proc", "tmp", "etc", "grader"):
@@ -268,3 +284,49 @@ def test_hidden_inputs_never_come_back_in_the_output():
               LIMITS, sandbox=BOX)
     assert [o.ok for o in res.outcomes["1"] + res.outcomes["2"]] == [True] * 4
     assert "4242" not in res.output and "args" in res.output
+
+
+def test_the_only_writable_folder_is_the_private_tmp():
+    roots = tuple(isolation.python_roots())
+    got = value(attack(f"""
+        found = []
+        for top, subs, files in os.walk('/'):
+            if top.startswith(('/proc', '/sys', '/usr', '/tmp') + {roots!r}):
+                subs[:] = []      # /proc and /sys: the kernel's; the rest: read-only mounts
+                continue
+            for name in [''] + files:
+                path = os.path.join(top, name)
+                if os.access(path, os.W_OK) and not path.startswith('/dev/'):
+                    found.append(path)
+        for path in ('/usr', '/usr/lib', sys.prefix, '/grader', '/dev/shm'):
+            if os.access(path, os.W_OK):
+                found.append(path)
+        return json.dumps(found)
+    """))
+    assert json.loads(got) == []
+
+
+def test_one_child_leaves_nothing_for_the_next():
+    """Children of one zygote share its world: /tmp, SysV IPC, processes and sockets must not."""
+    first = value(attack(f"""
+        open('/tmp/left-behind', 'w').write('note')
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(b'\\0milktea-left-behind')
+        s.listen(1)
+        if os.fork() == 0:
+            os.setsid()
+            os.execv('/bin/sh', ['/bin/sh', '-c', 'sleep 30', {MARK!r}])
+        return json.dumps(sorted(os.listdir('/tmp')))
+    """))
+    second = value(attack("""
+        seen = [n for n in os.listdir('/tmp') if n == 'left-behind']
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(b'\\0milktea-left-behind')
+            seen.append('socket')
+        except OSError:
+            pass
+        seen += [p for p in os.listdir('/proc') if p.isdigit() and int(p) > 2]
+        return json.dumps(seen)
+    """))
+    assert "left-behind" in json.loads(first) and json.loads(second) == [] and survivors() == []
