@@ -280,6 +280,25 @@ def test_without_a_sandbox_grading_refuses_unless_trusted(tmp_path):
     assert "NOT ISOLATED" in (out / "summary.txt").read_text() and table(out)["alice"]["total"] == 8
 
 
+def test_without_bubblewrap_the_refusal_names_what_to_install(tmp_path, monkeypatch):
+    """util-linux unshare alone is not taken for a sandbox: it can't hide the disk."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for tool in ("unshare", "setpriv"):
+        (bin_ / tool).symlink_to(shutil.which(tool))
+    monkeypatch.setenv("PATH", str(bin_))
+    box = isolation.probe.__wrapped__()
+    assert not box.isolated and "bubblewrap (bwrap) is not installed" in box.why
+    assert "unshare is here" in box.why and "apt-get install bubblewrap" in box.why
+    subs = tmp_path / "subs"
+    save(solution("03_topk"), subs / "alice" / "03_topk.ipynb")
+    with pytest.raises(SetupError, match="apt-get install bubblewrap.*--trust-submissions"):
+        grade_class(str(subs), str(tmp_path / "out"), str(SOLUTIONS), box=box, progress=False)
+    assert not (tmp_path / "out" / "grades.csv").exists()
+    lines = isolation.tools()
+    assert "bubblewrap: not found" in lines[0] and lines[2].startswith(f"unshare: {bin_}")
+
+
 @pytest.mark.slow
 def test_the_gradescope_bundle_grades_a_submission(tmp_path):
     bundle = tmp_path / "bundle"

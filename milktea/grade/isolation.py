@@ -149,6 +149,27 @@ def command(argv: list[str], sandbox: Sandbox, tmp_mb: int = 64, child_script: s
     return b + list(argv)
 
 
+INSTALL = ("apt-get install bubblewrap (Debian/Ubuntu), dnf install bubblewrap (Fedora/RHEL), "
+           "pacman -S bubblewrap (Arch), apk add bubblewrap (Alpine)")
+
+
+def tools() -> list[str]:
+    """What `python -m milktea doctor` says about the tools isolation uses, one line each.
+
+    >>> any(line.startswith("bubblewrap") for line in tools())
+    True
+    """
+    lines = []
+    for name, tool, use in (("bubblewrap", "bwrap", "builds each child's world (required)"),
+                            ("setpriv", "setpriv", "drops root to a fresh uid when bubblewrap starts per child (required as root)"),
+                            ("unshare", "unshare", "not used: it makes namespaces but cannot hide the disk")):
+        path = shutil.which(tool)
+        lines.append(f"{name}: {path or 'not found'} - {use}")
+    who = "root: children fork from a sandboxed zygote, a fresh uid each" if os.geteuid() == 0 else \
+        "not root: bubblewrap and Python start per child, uid 65534 in a user namespace"
+    return lines + [f"running as {who}"]
+
+
 @functools.lru_cache(maxsize=1)
 def probe() -> Sandbox:
     """Can this machine build a child's world? Tries one real sandbox (about 0.2 s, cached)."""
@@ -156,7 +177,11 @@ def probe() -> Sandbox:
         return Sandbox("none", why=f"{sys.platform} has no Linux namespaces (grade on Linux, or in a Linux VM)")
     tool = shutil.which("bwrap")
     if not tool:
-        return Sandbox("none", why="bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
+        # util-linux `unshare` makes namespaces, but a child's world also needs a root of
+        # read-only binds with the disk left out, which is what bubblewrap builds and checks
+        also = ("util-linux unshare is here, but it only makes namespaces and cannot hide the disk from "
+                "student code" if shutil.which("unshare") else "nor is util-linux unshare")
+        return Sandbox("none", why=f"bubblewrap (bwrap) is not installed ({also}); install it: {INSTALL}")
     if os.geteuid() == 0 and not shutil.which("setpriv"):
         return Sandbox("none", why="setpriv (util-linux) is missing, needed to drop root in the sandbox")
     box = Sandbox("bwrap", tool)
@@ -180,10 +205,7 @@ CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
 
 class Zygote:
     """The grader's end of a running zygote.py (see there): `spawn` asks it for one child.
-
-    >>> Zygote  # doctest: +ELLIPSIS
-    <class '...Zygote'>
-    """
+    Started by `zygote()` below, once per kind of child, and stopped when the grader exits."""
 
     def __init__(self, sandbox: Sandbox, torch: bool, env: dict, startup_seconds: float):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
