@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -330,3 +331,70 @@ def test_one_child_leaves_nothing_for_the_next():
         return json.dumps(seen)
     """))
     assert "left-behind" in json.loads(first) and json.loads(second) == [] and survivors() == []
+
+
+def test_a_child_holds_only_its_own_pipes():
+    """A forked child must not inherit the zygote's socket (or any other descriptor)."""
+    got = value(attack("""
+        fds = []
+        for fd in range(4096):
+            try:
+                os.fstat(fd)
+                fds.append(fd)
+            except OSError:
+                pass
+        return json.dumps([fds, int(sys.argv[-1])])
+    """))
+    fds, channel = json.loads(got)
+    assert fds == [0, 1, 2, channel]
+
+
+def test_a_child_cannot_kill_a_child_running_beside_it():
+    """Two children at once (as with --jobs 2): one signals every pid it can name for 3 s,
+    the other must finish its case untouched."""
+    killer = attack_runner(f"""
+        if os.fork() == 0:    # a daemon, so the killing goes on after the case returns
+            os.setsid()
+            os.execv(sys.executable, [sys.executable, '-c', KILL_ALL, {MARK!r}])
+        exec(KILL_ALL)
+        return 'done'
+    """)
+    victim = attack_runner("""
+        time.sleep(2)
+        return 'alive'
+    """)
+    out = {}
+    threads = [threading.Thread(target=lambda n=n, f=f: out.__setitem__(n, f())) for n, f in
+               (("killer", killer), ("victim", victim))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert value(out["victim"]) == "alive" and value(out["killer"]) == "done" and survivors() == []
+
+
+KILL_ALL = """
+import os, signal, time
+end = time.time() + 3
+while time.time() < end:
+    for pid in range(2, 40000):
+        if pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+"""
+
+
+def attack_runner(body):
+    """attack(body) to call later, with the world chosen for this test."""
+    box = BOX
+    src = "KILL_ALL = " + repr(KILL_ALL) + "\n"
+    return lambda: _attack_in(box, src, body)
+
+
+def _attack_in(box, prelude, body):
+    source = "import os, sys, json, time, signal, socket, subprocess\n" + prelude + "\ndef attack(x, k):\n" + \
+        textwrap.indent(textwrap.dedent(body), "    ")
+    case = {"args": encode([np.arange(5.0), 2]), "kwargs": None}
+    return run([Cell("c0", "cell", source)], [TaskJob("1", "attack", [case])], LIMITS, sandbox=box, audit=False)

@@ -99,6 +99,18 @@ def test_the_audit_hook_refuses(source, refused):
     assert (o.ok, o.kind) == (False, "blocked") and refused in o.message, o.message
 
 
+def test_replacing_builtins_does_not_blind_the_audit_hook():
+    """The hook's own isinstance/any are bound when it is installed: a cell that makes
+    isinstance(path, int) lie (an int path is an fd, which the hook lets through) or any()
+    answer True is still refused."""
+    body = ("    import builtins\n    real = builtins.isinstance\n"
+            "    builtins.isinstance = lambda obj, kind: True if kind is int else real(obj, kind)\n"
+            "    builtins.any = lambda it: True\n"
+            f"    return open({str(ROOT / 'pyproject.toml')!r}).read()\n")
+    o = run([Cell("c0", "cell", "def attempt(x, k):\n" + body)], jobs("attempt"), FAST).outcomes["0"][0]
+    assert (o.ok, o.kind) == (False, "blocked") and "may not read" in o.message, o.message
+
+
 def test_own_temp_dir_is_usable_and_limits_hold():
     cells = [Cell("c0", "cell", "import resource\n"
                                 "def files(x, k):\n    open('note.txt', 'w').write('tea')\n    return open('note.txt').read()\n"
