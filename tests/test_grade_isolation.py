@@ -398,3 +398,18 @@ def _attack_in(box, prelude, body):
         textwrap.indent(textwrap.dedent(body), "    ")
     case = {"args": encode([np.arange(5.0), 2]), "kwargs": None}
     return run([Cell("c0", "cell", source)], [TaskJob("1", "attack", [case])], LIMITS, sandbox=box, audit=False)
+
+
+def test_a_zygote_that_cannot_start_leaves_each_child_its_own_sandbox(tmp_path, monkeypatch):
+    if not BOX.zygote:
+        pytest.skip("children fork from a zygote only when the grader runs as root")
+    broken = tmp_path / "zygote.py"
+    broken.write_text("import sys\nprint('no zygote today', file=sys.stderr)\nsys.exit(3)\n")
+    monkeypatch.setattr(isolation, "ZYGOTE", str(broken))
+    monkeypatch.setattr(isolation, "_failed", {})
+    monkeypatch.setattr(sys.modules[__name__], "BOX", dataclasses.replace(BOX, why="a key of its own"))
+    for _ in range(2):   # the second child does not try the zygote again
+        res = attack("return json.dumps([os.getuid(), sorted(os.listdir('/grader'))])")
+        uid, grader = json.loads(value(res))
+        assert uid != 0 and grader == ["child.py"]   # bubblewrap + setpriv, one world per child
+        assert len(res.notes) == 1 and "no zygote today" in res.notes[0], res.notes

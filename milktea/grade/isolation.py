@@ -222,8 +222,9 @@ class Zygote:
         self.sock = ours
         ready = select.select([ours], [], [], startup_seconds)[0] and ours.recv(16)
         if ready != b"ready":
+            why = self._errors()
             self.close()
-            raise OSError(f"the sandboxed zygote did not start: {self._errors()}")
+            raise OSError(f"the sandboxed zygote did not start: {why}")
 
     def _errors(self) -> str:
         self.errors.seek(0)
@@ -266,17 +267,25 @@ class Zygote:
 
 
 _zygotes: dict = {}
+_failed: dict = {}    # why a zygote could not start, per kind
 _zygote_lock = threading.Lock()
 
 
 def zygote(sandbox: Sandbox, torch: bool, env: dict, startup_seconds: float) -> Zygote:
     """The running zygote for this kind of child (with or without torch), started if needed."""
     with _zygote_lock:
-        z = _zygotes.get((sandbox, torch))
+        key = (sandbox, torch)
+        if key in _failed:   # one failed start per grader is enough: don't pay it per child
+            raise OSError(_failed[key])
+        z = _zygotes.get(key)
         if z is None or not z.alive():
             if z is not None:
                 z.close()
-            z = _zygotes[(sandbox, torch)] = Zygote(sandbox, torch, env, startup_seconds)
+            try:
+                z = _zygotes[key] = Zygote(sandbox, torch, env, startup_seconds)
+            except OSError as e:
+                _failed[key] = str(e)
+                raise
         return z
 
 
