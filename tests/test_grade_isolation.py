@@ -5,6 +5,7 @@ import dataclasses
 import json
 import os
 import socket
+import subprocess
 import sys
 import textwrap
 import threading
@@ -402,7 +403,7 @@ def _attack_in(box, prelude, body):
 
 def test_a_zygote_that_cannot_start_leaves_each_child_its_own_sandbox(tmp_path, monkeypatch):
     if not BOX.zygote:
-        pytest.skip("children fork from a zygote only when the grader runs as root")
+        pytest.skip("this world starts bubblewrap per child: there is no zygote to fail")
     broken = tmp_path / "zygote.py"
     broken.write_text("import sys\nprint('no zygote today', file=sys.stderr)\nsys.exit(3)\n")
     monkeypatch.setattr(isolation, "ZYGOTE", str(broken))
@@ -413,3 +414,61 @@ def test_a_zygote_that_cannot_start_leaves_each_child_its_own_sandbox(tmp_path, 
         uid, grader = json.loads(value(res))
         assert uid != 0 and grader == ["child.py"]   # bubblewrap + setpriv, one world per child
         assert len(res.notes) == 1 and "no zygote today" in res.notes[0], res.notes
+
+
+def test_when_the_grader_dies_everything_it_started_dies(tmp_path):
+    """A grader killed with SIGKILL (no clean-up runs) leaves no child, zygote or daemon."""
+    script = tmp_path / "grader.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / 'tests')!r})
+        import dataclasses, test_grade_isolation as t
+        from milktea.grade import isolation
+        t.BOX = dataclasses.replace(isolation.probe(), zygote={BOX.zygote})
+        t.attack('''
+            if os.fork() == 0:
+                os.setsid()
+                os.execv('/bin/sh', ['/bin/sh', '-c', 'sleep 60', {MARK!r}])
+            time.sleep(60)
+        ''')
+    """))
+    grader = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        end = time.monotonic() + 60
+        while not survivors() and time.monotonic() < end and grader.poll() is None:
+            time.sleep(0.2)
+        assert survivors(), "the attack never started"
+        sandboxes = _descendants(grader.pid)   # bubblewrap, the zygote, children, daemons
+        assert sandboxes
+    finally:
+        grader.kill()
+        grader.wait()
+    end = time.monotonic() + 10
+    while (survivors() or [p for p in sandboxes if _alive(p)]) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert survivors() == [] and [p for p in sandboxes if _alive(p)] == []
+
+
+def _descendants(root: int) -> list[int]:
+    parent = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                parent[int(pid)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    found, todo = [], [root]
+    while todo:
+        me = todo.pop()
+        kids = [p for p, pp in parent.items() if pp == me]
+        found += kids
+        todo += kids
+    return found
+
+
+def _alive(pid) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

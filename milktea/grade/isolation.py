@@ -134,10 +134,11 @@ def command(argv: list[str], sandbox: Sandbox, tmp_mb: int = 64, child_script: s
     if info_fd is not None:
         b += ["--info-fd", str(info_fd)]
     if zygote_script:
-        # no --die-with-parent: it fires when the grader's *thread* that started the zygote
-        # ends; the zygote exits instead when the grader's end of its socket closes
-        return b + ["--perms", "0755", "--dir", ZYGOTE_STAGE, "--ro-bind", zygote_script, ZYGOTE_PATH,
-                    "--"] + list(argv)
+        # the zygote is the PID-namespace init (--as-pid-1): however it ends, the kernel kills
+        # every child it forked. It ends when the grader's end of its socket closes, the grader's
+        # death included (no --die-with-parent: that fires when the grader's *thread* ends)
+        return b + ["--as-pid-1", "--perms", "0755", "--dir", ZYGOTE_STAGE, "--ro-bind", zygote_script,
+                    ZYGOTE_PATH, "--"] + list(argv)
     b.insert(1, "--die-with-parent")
     if os.geteuid() == 0:
         # no user namespace: a real, unused uid, so RLIMIT_NPROC binds (root is exempt from it)

@@ -3,7 +3,9 @@
 Starting Python and `import torch` in every child costs seconds; forking a process that has
 already done both costs milliseconds. The class grader (when it runs as root) starts this
 script once, inside bubblewrap (isolation.py: read-only Python, no course files, no network),
-keeping root and its capabilities there. It never runs student code and never sees a case:
+keeping root and its capabilities there, as the init of bubblewrap's PID namespace: however
+the zygote ends (the grader closed its socket, or died), the kernel then kills every child it
+forked, daemons included. It never runs student code and never sees a case:
 for each child the grader sends, on a Unix socket, the child's stdin, output and result pipes
 plus a control socket, and a uid. The zygote forks, and the fork, before any student code:
   1. unshares new PID, mount, network, IPC and UTS namespaces, so children of the same zygote
