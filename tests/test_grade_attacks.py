@@ -14,6 +14,7 @@ import zipfile
 
 import pytest
 from _grade_helpers import (
+    ALIAS_C_MODULE,
     HIDDEN,
     ROOT,
     SOLUTIONS,
@@ -117,6 +118,7 @@ for path in ({sol!r}, {hid!r}, {str(out / 'grades.csv')!r}):
     except OSError:
         continue
     raise ValueError('read ' + path)   # "exception" instead of "wrong": the test then fails"""), {"wrong"}),
+        "alias_c_module": ("03.3", cheat("03.3", ALIAS_C_MODULE.replace("PATH", repr(sol))), {"blocked", "wrong"}),
         "binary_channel": ("03.3", cheat("03.3", "os.write(int(sys.argv[-1]), b'\\xff\\xfe{]\\x00\\n')"),
                            {"protocol"}),
         "flood_channel": ("03.4", cheat("03.4", "os.write(int(sys.argv[-1]), b'x' * (24 << 20))"),
