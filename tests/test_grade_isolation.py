@@ -472,3 +472,16 @@ def _alive(pid) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_each_child_draws_its_own_random_numbers():
+    """Children forked from one zygote are reseeded, like fresh Pythons (the torch zygote has
+    imported random and numpy.random, and torch has its own generator)."""
+    draws = [value(attack("""
+        import random
+        import numpy as np
+        import torch
+        return json.dumps([random.random(), float(np.random.random()), float(torch.rand(1))])
+    """)) for _ in range(2)]
+    first, second = map(json.loads, draws)
+    assert all(a != b for a, b in zip(first, second)), (first, second)

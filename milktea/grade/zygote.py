@@ -80,6 +80,7 @@ def _worker(pipes, uid):
     os.setresuid(uid, uid, uid)   # from root to a plain uid: every capability is dropped
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     os.chdir("/tmp")
+    _reseed()
     sys.path.insert(0, "/grader")
     import child
     sys.argv = ["/grader/child.py", "3"]
@@ -105,6 +106,17 @@ def _worker(pipes, uid):
         except BaseException:
             pass
     os._exit(code)
+
+
+def _reseed():
+    """Random generators seeded from the OS again, as in a fresh Python: a fork would
+    otherwise start every child with the zygote's state."""
+    import random
+    random.seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    if "torch" in sys.modules:
+        sys.modules["torch"].seed()
 
 
 def _init(pipes, ctl, req, roots):
