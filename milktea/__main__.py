@@ -21,8 +21,10 @@ def doctor(argv: list[str]) -> int:
     from milktea.device import doctor as report
     code = report(argv)
     if "--json" not in argv:
-        from milktea.grade.isolation import probe
+        from milktea.grade.isolation import probe, tools
         print(f"grading isolation: {probe().describe()}")
+        for line in tools():
+            print(f"  {line}")
     return code
 
 

@@ -77,3 +77,24 @@ def topk_unpack(indices, values, shape):
 
 def dumps(obj) -> str:
     return json.dumps(obj, indent=1)
+
+
+# the C module behind subprocess, loaded as "tea._posixsubprocess" so that a hook checking the
+# name "_posixsubprocess" misses it, then `cat` of a file: in a sandbox, there is no file
+ALIAS_C_MODULE = """
+import importlib.util
+lib = os.path.join(os.path.dirname(os.__file__), 'lib-dynload')
+found = [n for n in os.listdir(lib) if n.startswith('_posixsubprocess.')] if os.path.isdir(lib) else []
+if found:
+    spec = importlib.util.spec_from_file_location('tea._posixsubprocess', os.path.join(lib, found[0]))
+    mod = importlib.util.module_from_spec(spec)
+    r, w = os.pipe()
+    er, ew = os.pipe()
+    pid = mod.fork_exec([b'/bin/cat', PATH.encode()], [b'/bin/cat'], True, (w,), None, None,
+                        -1, -1, -1, w, -1, -1, er, ew, True, False, -1, None, None, None, -1, None, False)
+    os.close(w)
+    os.close(ew)
+    data = os.read(r, 1 << 20)
+    os.waitpid(pid, 0)
+    if data:
+        raise ValueError('read ' + PATH)"""

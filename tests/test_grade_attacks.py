@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ import zipfile
 
 import pytest
 from _grade_helpers import (
+    ALIAS_C_MODULE,
     HIDDEN,
     ROOT,
     SOLUTIONS,
@@ -104,12 +106,30 @@ if os.fork() == 0:
                                  "    return x\n"), {"protocol"}),
         "stdin_thief": ("03.1", "import sys\n\ndef topk_threshold(x, k):\n    return float(len(sys.stdin.read()))\n",
                         {"timeout"}),
+        # the audit hook calls builtins the cell can replace: with isinstance lying, every open()
+        # passes the hook, and only the sandbox stands between the cell and the course
+        "hook_builtins": ("03.2", cheat("03.2", f"""
+import builtins
+real = builtins.isinstance
+builtins.isinstance = lambda obj, kind: True if kind is int else real(obj, kind)
+for path in ({sol!r}, {hid!r}, {str(out / 'grades.csv')!r}):
+    try:
+        text = open(path).read()
+    except OSError:
+        continue
+    raise ValueError('read ' + path)   # "exception" instead of "wrong": the test then fails"""), {"wrong"}),
+        "alias_c_module": ("03.3", cheat("03.3", ALIAS_C_MODULE.replace("PATH", repr(sol))), {"blocked", "wrong"}),
+        "binary_channel": ("03.3", cheat("03.3", "os.write(int(sys.argv[-1]), b'\\xff\\xfe{]\\x00\\n')"),
+                           {"protocol"}),
+        "flood_channel": ("03.4", cheat("03.4", "os.write(int(sys.argv[-1]), b'x' * (24 << 20))"),
+                          {"bad_output"}),
+        "close_channel": ("03.1", cheat("03.1", "os.close(int(sys.argv[-1]))"), {"protocol", "crash"}),
     }
 
 
 HONEST = {   # honest submissions in odd folders: full marks
     "huge_print", "deep_tmp", os.fsdecode(b"jos\xe9"), "plots", "renamed", "deep_folder"}
-REFUSED = {"link_solution", "link_zero", "fifo", "link_student"}   # nothing gradable: zero with a note
+REFUSED = {"link_solution", "link_zero", "fifo", "link_student", "device"}   # nothing gradable: zero with a note
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +172,8 @@ def graded(tmp_path_factory, request):
     os.symlink("/dev/zero", subs / "link_zero" / "03_topk.ipynb")
     (subs / "fifo").mkdir()
     os.mkfifo(subs / "fifo" / "03_topk.ipynb")
+    (subs / "device").mkdir()
+    os.mknod(subs / "device" / "03_topk.ipynb", 0o666 | stat.S_IFCHR, os.makedev(1, 5))   # like /dev/zero
     os.symlink(course / "solutions", subs / "link_student")
     watched = snapshot(course, subs)
     mp = pytest.MonkeyPatch()
@@ -241,7 +263,7 @@ def test_odd_folders_are_graded_or_refused_with_a_note(graded):
     assert "Isolation: bubblewrap" in summary
     fb = lambda s: (out / "feedback" / f"{s}.txt").read_text()
     assert "symbolic link" in fb("link_solution") and "symbolic link" in fb("link_zero")
-    assert "a FIFO" in fb("fifo") and "symbolic link" in fb("link_student")
+    assert "a FIFO" in fb("fifo") and "symbolic link" in fb("link_student") and "a device" in fb("device")
     assert "deeper than 6 folders" in fb("deep_folder")
     assert "jos\\xe9" in (out / "grades.csv").read_text()
     run = json.loads((out / "run.json").read_text())
@@ -278,6 +300,25 @@ def test_without_a_sandbox_grading_refuses_unless_trusted(tmp_path):
     run = json.loads((out / "run.json").read_text())
     assert run["isolated"] is False and "NOT ISOLATED" in run["isolation"]
     assert "NOT ISOLATED" in (out / "summary.txt").read_text() and table(out)["alice"]["total"] == 8
+
+
+def test_without_bubblewrap_the_refusal_names_what_to_install(tmp_path, monkeypatch):
+    """util-linux unshare alone is not taken for a sandbox: it can't hide the disk."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for tool in ("unshare", "setpriv"):
+        (bin_ / tool).symlink_to(shutil.which(tool))
+    monkeypatch.setenv("PATH", str(bin_))
+    box = isolation.probe.__wrapped__()
+    assert not box.isolated and "bubblewrap (bwrap) is not installed" in box.why
+    assert "unshare is here" in box.why and "apt-get install bubblewrap" in box.why
+    subs = tmp_path / "subs"
+    save(solution("03_topk"), subs / "alice" / "03_topk.ipynb")
+    with pytest.raises(SetupError, match="apt-get install bubblewrap.*--trust-submissions"):
+        grade_class(str(subs), str(tmp_path / "out"), str(SOLUTIONS), box=box, progress=False)
+    assert not (tmp_path / "out" / "grades.csv").exists()
+    lines = isolation.tools()
+    assert "bubblewrap: not found" in lines[0] and lines[2].startswith(f"unshare: {bin_}")
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from _grade_helpers import ROOT
+from _grade_helpers import ALIAS_C_MODULE, ROOT
 from milktea.grade.child import decode, encode
 from milktea.grade.sandbox import Cell, Limits, TaskJob, run
 
@@ -97,6 +97,25 @@ def test_the_audit_hook_refuses(source, refused):
     cells = [Cell("c0", "cell", f"def attempt(x, k):\n    {source}\n    return 1.0\n")]
     o = run(cells, jobs("attempt"), FAST).outcomes["0"][0]
     assert (o.ok, o.kind) == (False, "blocked") and refused in o.message, o.message
+
+
+def test_replacing_builtins_does_not_blind_the_audit_hook():
+    """The hook's own isinstance/any are bound when it is installed: a cell that makes
+    isinstance(path, int) lie (an int path is an fd, which the hook lets through) or any()
+    answer True is still refused."""
+    body = ("    import builtins\n    real = builtins.isinstance\n"
+            "    builtins.isinstance = lambda obj, kind: True if kind is int else real(obj, kind)\n"
+            "    builtins.any = lambda it: True\n"
+            f"    return open({str(ROOT / 'pyproject.toml')!r}).read()\n")
+    o = run([Cell("c0", "cell", "def attempt(x, k):\n" + body)], jobs("attempt"), FAST).outcomes["0"][0]
+    assert (o.ok, o.kind) == (False, "blocked") and "may not read" in o.message, o.message
+
+
+def test_the_subprocess_c_module_under_another_name_is_refused():
+    body = "import os\ndef attempt(x, k):\n" + "\n".join(
+        "    " + line for line in ALIAS_C_MODULE.replace("PATH", repr(str(ROOT / "pyproject.toml"))).splitlines())
+    o = run([Cell("c0", "cell", body + "\n    return 1.0\n")], jobs("attempt"), FAST).outcomes["0"][0]
+    assert (o.ok, o.kind) == (False, "blocked") and "start other processes" in o.message, o.message
 
 
 def test_own_temp_dir_is_usable_and_limits_hold():

@@ -150,6 +150,10 @@ def set_limits(memory_bytes, cpu_seconds, file_bytes, processes=None):
 def install_hook(tmp, deny):
     """Refuse what graded code has no business doing (see the module docstring)."""
     real, fspath, getpid = os.path.realpath, os.fspath, os.getpid
+    # builtins the hook calls, bound now: a cell that replaces builtins.isinstance or any must
+    # not change the hook's answers (os.path.realpath's helpers in posixpath can still be
+    # patched: this hook is a second layer, the sandbox is what holds)
+    isinstance_, any_, str_, bytes_, int_, pathlike, refusal = isinstance, any, str, bytes, int, os.PathLike, PermissionError
     pid = getpid()
     tmp = real(tmp)
     import sysconfig
@@ -175,44 +179,44 @@ def install_hook(tmp, deny):
 
     def inside(path, roots):
         try:
-            p = real(fspath(path) if not isinstance(path, bytes) else path.decode("utf-8", "replace"))
+            p = real(fspath(path) if not isinstance_(path, bytes_) else path.decode("utf-8", "replace"))
         except (TypeError, ValueError):
             return False
-        if any(p == d or p.startswith(d + "/") for d in deny):
+        if any_(p == d or p.startswith(d + "/") for d in deny):
             return False
-        return any(p == r or p.startswith(r + "/") for r in roots)
+        return any_(p == r or p.startswith(r + "/") for r in roots)
 
     def refuse(what):
-        raise PermissionError(BLOCK + what)
+        raise refusal(BLOCK + what)
 
     def hook(event, args):
         if event == "open":
             path, mode, flags = args
-            if isinstance(path, int):
+            if isinstance_(path, int_):
                 return
-            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                isinstance(flags, int) and flags & wflags)
+            writing = (isinstance_(mode, str_) and any_(c in mode for c in "wax+")) or (
+                isinstance_(flags, int_) and flags & wflags)
             if not inside(path, writes if writing else reads):
                 refuse(f"{'write' if writing else 'read'} {fspath(path)!r}: only its own "
                        "temporary directory is open to it")
         elif event in ("os.listdir", "os.scandir"):
-            if args and args[0] is not None and not isinstance(args[0], int) and not inside(args[0], reads):
+            if args and args[0] is not None and not isinstance_(args[0], int_) and not inside(args[0], reads):
                 refuse(f"list the directory {args[0]!r}")
         elif event in path_events:
             for a in args:
-                if isinstance(a, (str, bytes, os.PathLike)) and not inside(a, writes):
+                if isinstance_(a, (str_, bytes_, pathlike)) and not inside(a, writes):
                     refuse(f"change files outside its temporary directory ({event} {a!r})")
         elif event == "import":
             name = args[0]
             if name == "milktea" or name.startswith("milktea."):
                 refuse(f"import {name}: write the idea with numpy or torch yourself")
-            if name == "_posixsubprocess":
+            if name.rpartition(".")[2] == "_posixsubprocess":   # "x._posixsubprocess" loads the same C module
                 refuse("start other processes (subprocess)")
         elif event == "os.kill":
             if args[0] != getpid():
                 refuse("send signals to other processes")
         elif event == "ctypes.dlopen":
-            if not (isinstance(args[0], str) and args[0].startswith("/") and inside(args[0], reads)):
+            if not (isinstance_(args[0], str_) and args[0].startswith("/") and inside(args[0], reads)):
                 refuse(f"load the native library {args[0]!r}")
         elif event in proc_events or event.startswith("socket."):
             refuse(f"do this: {event}")

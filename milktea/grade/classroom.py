@@ -96,8 +96,8 @@ def _trusted(record, key: bytes, want: str) -> bool:
 
 def refusal(box) -> str:
     return (f"student code can't be isolated on this machine: {box.why}. Grade on Linux with bubblewrap "
-            "(apt-get install bubblewrap), or, only if you trust every submission, pass --trust-submissions: "
-            "the run is then marked as not isolated")
+            f"({isolation.INSTALL}; `python -m milktea doctor` tells whether it works here), or, only if "
+            "you trust every submission, pass --trust-submissions: the run is then marked as not isolated")
 
 
 def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden: str | None = None,

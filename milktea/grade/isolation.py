@@ -15,26 +15,37 @@ The course, the solutions, the hidden tests, the submissions and the outputs are
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import itertools
+import json
 import os
 import secrets
+import select
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 from dataclasses import dataclass
 
 CHILD_PATH = "/grader/child.py"       # where child.py appears inside the sandbox
+ZYGOTE_PATH = "/grader/zygote.py"     # and zygote.py (root only: see zygote.py)
+ZYGOTE_STAGE = "/grader/stage"        # empty: where the zygote assembles each child's /tmp
 FIRST_UID = 150_000                   # unprivileged ids handed to children when the grader is root
 _uids = itertools.count(secrets.randbelow(40_000))
 
 
 @dataclass(frozen=True)
 class Sandbox:
-    """How children are isolated: `kind` is "bwrap", or "none" with `why` saying what is missing."""
+    """How children are isolated: `kind` is "bwrap", or "none" with `why` saying what is missing.
+    `zygote`: fork children from a sandboxed zygote (zygote.py; needs root) instead of
+    starting bubblewrap and Python for each."""
     kind: str
     tool: str = ""
     why: str = ""
+    zygote: bool = False
 
     @property
     def isolated(self) -> bool:
@@ -43,9 +54,18 @@ class Sandbox:
     def describe(self) -> str:
         if not self.isolated:
             return f"not isolated: {self.why}"
+        if self.zygote:
+            return (f"bubblewrap ({self.tool}) around a zygote that imported numpy/torch once; each child forked "
+                    "from it gets new PID, mount, network, IPC and UTS namespaces, a fresh unprivileged uid, "
+                    "read-only Python installation, private /tmp")
         who = "a fresh unprivileged uid per child (setpriv)" if os.geteuid() == 0 else "uid 65534 in a user namespace"
         return (f"bubblewrap ({self.tool}): new PID, mount, network, IPC and UTS namespaces, {who}, "
                 "read-only Python installation, private /tmp")
+
+
+def next_uid() -> int:
+    """An unprivileged uid for the next child (the grader runs as root)."""
+    return FIRST_UID + next(_uids) % 40_000
 
 
 def python_roots() -> list[str]:
@@ -80,11 +100,13 @@ def check_hidden_from(paths, sandbox: Sandbox) -> None:
 
 
 def command(argv: list[str], sandbox: Sandbox, tmp_mb: int = 64, child_script: str = "",
-            info_fd: int | None = None) -> list[str]:
+            info_fd: int | None = None, zygote_script: str = "") -> list[str]:
     """The command line that runs `argv` (the child's Python) inside a fresh sandbox.
     `info_fd` (passed to the child) receives the PID of the PID-namespace init, which the
-    parent kills to end everything the child started."""
-    b = [sandbox.tool, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
+    parent kills to end everything the child started. With `zygote_script` (root only) the
+    command keeps root and its capabilities inside the sandbox: it starts zygote.py, which
+    builds each child's own namespaces and drops to the child's uid itself."""
+    b = [sandbox.tool, "--new-session", "--unshare-pid", "--unshare-net",
          "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "grader",
          "--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
@@ -111,14 +133,42 @@ def command(argv: list[str], sandbox: Sandbox, tmp_mb: int = 64, child_script: s
     b += ["--chdir", "/tmp"]
     if info_fd is not None:
         b += ["--info-fd", str(info_fd)]
+    if zygote_script:
+        # the zygote is the PID-namespace init (--as-pid-1): however it ends, the kernel kills
+        # every child it forked. It ends when the grader's end of its socket closes, the grader's
+        # death included (no --die-with-parent: that fires when the grader's *thread* ends)
+        return b + ["--as-pid-1", "--perms", "0755", "--dir", ZYGOTE_STAGE, "--ro-bind", zygote_script,
+                    ZYGOTE_PATH, "--"] + list(argv)
+    b.insert(1, "--die-with-parent")
     if os.geteuid() == 0:
         # no user namespace: a real, unused uid, so RLIMIT_NPROC binds (root is exempt from it)
-        uid = str(FIRST_UID + next(_uids) % 40_000)
+        uid = str(next_uid())
         b += ["--", shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}",
               "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
     else:
         b += ["--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL", "--"]
     return b + list(argv)
+
+
+INSTALL = ("apt-get install bubblewrap (Debian/Ubuntu), dnf install bubblewrap (Fedora/RHEL), "
+           "pacman -S bubblewrap (Arch), apk add bubblewrap (Alpine)")
+
+
+def tools() -> list[str]:
+    """What `python -m milktea doctor` says about the tools isolation uses, one line each.
+
+    >>> any(line.startswith("bubblewrap") for line in tools())
+    True
+    """
+    lines = []
+    for name, tool, use in (("bubblewrap", "bwrap", "builds each child's world (required)"),
+                            ("setpriv", "setpriv", "drops root to a fresh uid when bubblewrap starts per child (required as root)"),
+                            ("unshare", "unshare", "not used: it makes namespaces but cannot hide the disk")):
+        path = shutil.which(tool)
+        lines.append(f"{name}: {path or 'not found'} - {use}")
+    who = "root: children fork from a sandboxed zygote, a fresh uid each" if os.geteuid() == 0 else \
+        "not root: bubblewrap and Python start per child, uid 65534 in a user namespace"
+    return lines + [f"running as {who}"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -128,7 +178,11 @@ def probe() -> Sandbox:
         return Sandbox("none", why=f"{sys.platform} has no Linux namespaces (grade on Linux, or in a Linux VM)")
     tool = shutil.which("bwrap")
     if not tool:
-        return Sandbox("none", why="bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
+        # util-linux `unshare` makes namespaces, but a child's world also needs a root of
+        # read-only binds with the disk left out, which is what bubblewrap builds and checks
+        also = ("util-linux unshare is here, but it only makes namespaces and cannot hide the disk from "
+                "student code" if shutil.which("unshare") else "nor is util-linux unshare")
+        return Sandbox("none", why=f"bubblewrap (bwrap) is not installed ({also}); install it: {INSTALL}")
     if os.geteuid() == 0 and not shutil.which("setpriv"):
         return Sandbox("none", why="setpriv (util-linux) is missing, needed to drop root in the sandbox")
     box = Sandbox("bwrap", tool)
@@ -143,5 +197,103 @@ def probe() -> Sandbox:
         err = (done.stderr.strip().splitlines() or ["no message"])[-1]
         return Sandbox("none", why=f"bubblewrap cannot build namespaces here ({err}); in a container, "
                                    "allow user namespaces or run it with --privileged/--cap-add SYS_ADMIN")
-    return box
+    return Sandbox("bwrap", tool, zygote=os.geteuid() == 0)
+
+
+ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
+
+
+class Zygote:
+    """The grader's end of a running zygote.py (see there): `spawn` asks it for one child.
+    Started by `zygote()` below, once per kind of child, and stopped when the grader exits."""
+
+    def __init__(self, sandbox: Sandbox, torch: bool, env: dict, startup_seconds: float):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        under_tmp = [r for r in python_roots() if r == "/tmp" or r.startswith("/tmp/")]
+        argv = [sys.executable, "-I", "-B", ZYGOTE_PATH, str(theirs.fileno()), json.dumps(under_tmp)]
+        self.torch, self.errors = torch, tempfile.TemporaryFile()
+        try:
+            self.proc = subprocess.Popen(
+                command(argv + (["torch"] if torch else []), sandbox, tmp_mb=1, child_script=CHILD, zygote_script=ZYGOTE),
+                cwd="/", env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                stdout=self.errors, stderr=self.errors, start_new_session=True)
+        finally:
+            theirs.close()
+        self.sock = ours
+        ready = select.select([ours], [], [], startup_seconds)[0] and ours.recv(16)
+        if ready != b"ready":
+            why = self._errors()
+            self.close()
+            raise OSError(f"the sandboxed zygote did not start: {why}")
+
+    def _errors(self) -> str:
+        self.errors.seek(0)
+        lines = self.errors.read()[-2000:].decode("utf-8", "replace").strip().splitlines()
+        return lines[-1] if lines else "no message"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def spawn(self, pipes, uid: int, tmp_mb: int, timeout: float):
+        """A new child in its own world, its fds 0, 1 (and 2), 3 = `pipes` (stdin, output,
+        results). Returns (control socket, pidfd of its namespace's init); the socket later
+        carries the child's exit code."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            socket.send_fds(self.sock, [json.dumps({"uid": uid, "tmp_mb": tmp_mb}).encode()],
+                            list(pipes) + [theirs.fileno()])
+        except OSError:
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+        if not select.select([mine], [], [], timeout)[0]:
+            mine.close()
+            raise OSError("the sandboxed zygote did not answer")
+        msg, fds, _, _ = socket.recv_fds(mine, 4096, 1)
+        if not fds:
+            mine.close()
+            raise OSError(msg[2:].decode("utf-8", "replace") if msg else "the sandboxed zygote stopped")
+        return mine, fds[0]
+
+    def close(self):
+        self.sock.close()   # the zygote exits, and bubblewrap ends every namespace under it
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.errors.close()
+
+
+_zygotes: dict = {}
+_failed: dict = {}    # why a zygote could not start, per kind
+_zygote_lock = threading.Lock()
+
+
+def zygote(sandbox: Sandbox, torch: bool, env: dict, startup_seconds: float) -> Zygote:
+    """The running zygote for this kind of child (with or without torch), started if needed."""
+    with _zygote_lock:
+        key = (sandbox, torch)
+        if key in _failed:   # one failed start per grader is enough: don't pay it per child
+            raise OSError(_failed[key])
+        z = _zygotes.get(key)
+        if z is None or not z.alive():
+            if z is not None:
+                z.close()
+            try:
+                z = _zygotes[key] = Zygote(sandbox, torch, env, startup_seconds)
+            except OSError as e:
+                _failed[key] = str(e)
+                raise
+        return z
+
+
+@atexit.register
+def stop_zygotes():
+    with _zygote_lock:
+        for z in _zygotes.values():
+            z.close()
+        _zygotes.clear()
 

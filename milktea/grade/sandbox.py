@@ -13,6 +13,7 @@ child prints is kept: feedback can't carry a hidden input.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -172,17 +173,60 @@ def _kill(proc, pidfd):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         except OSError:
             pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    if proc.pid is not None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
+    if isinstance(proc, _Forked) and not proc._ended:
+        proc.ctl.close()
     if pidfd is not None:
         select.select([pidfd], [], [], 5.0)   # readable once the init (and so its namespace) is gone
         os.close(pidfd)
+
+
+class _Forked:
+    """A child forked by the sandboxed zygote, with the parts of a Popen that _one_child uses."""
+    pid = None
+
+    def __init__(self, stdin, stdout, ctl):
+        self.stdin, self.stdout, self.ctl = stdin, stdout, ctl
+        self.returncode, self._ended = None, False
+
+    def wait(self, timeout=None):
+        """The child's exit code as its namespace's init reports it (None if the init was killed)."""
+        if not self._ended:
+            if not select.select([self.ctl], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired("child", timeout)
+            data = self.ctl.recv(64)
+            self._ended = True
+            self.ctl.close()
+            try:
+                self.returncode = int(data)
+            except ValueError:
+                pass
+        return self.returncode
+
+
+def _forked(sandbox, torch, wfd, limits):
+    """Ask the zygote for a child; returns (a _Forked, the pidfd of its namespace's init)."""
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    try:
+        z = isolation.zygote(sandbox, torch, _child_env("/tmp"), limits.startup_seconds)
+        ctl, pidfd = z.spawn((in_r, out_w, wfd), isolation.next_uid(), limits.tmp_mb, limits.startup_seconds)
+    except OSError:
+        os.close(in_w)
+        os.close(out_r)
+        raise
+    finally:
+        os.close(in_r)
+        os.close(out_w)
+    return _Forked(os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb"), ctl), pidfd
 
 
 def _send(stream, data: bytes, close: bool):
@@ -239,8 +283,18 @@ def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget:
            "cells": [c.__dict__ for c in cells],
            "tasks": [{"id": t.id, "function": t.function, "cases": t.cases} for t in public]}
     later = json.dumps({"tasks": [{"id": t.id, "function": t.function, "cases": t.cases} for t in hidden]})
-    tmp, info_r, pidfd = None, None, None
-    if isolated:
+    tmp, info_r, pidfd, fds, proc = None, None, None, (), None
+    if isolated and sandbox.zygote:
+        try:
+            proc, pidfd = _forked(sandbox, torch, wfd, limits)
+            os.close(wfd)
+        except OSError as e:   # the grader's own trouble: this child starts the slow way instead
+            run.notes.append(f"the sandboxed zygote failed ({clean_text(str(e), 300)}); "
+                             "this child got bubblewrap and a Python of its own")
+            sandbox = dataclasses.replace(sandbox, zygote=False)
+    if proc is not None:
+        pass
+    elif isolated:
         info_r, info_w = os.pipe()
         argv = isolation.command([sys.executable, "-I", "-B", isolation.CHILD_PATH, str(wfd)], sandbox,
                                  limits.tmp_mb, CHILD, info_w)
@@ -249,8 +303,9 @@ def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget:
         tmp = tempfile.mkdtemp(prefix="milktea-grade-")
         argv, fds, cwd, env = [sys.executable, "-I", "-B", CHILD, str(wfd)], (wfd,), tmp, _child_env(tmp)
     try:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, pass_fds=fds, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        if fds:
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, pass_fds=fds, stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as e:
         for fd in (rfd,) + fds + ((info_r,) if info_r is not None else ()):
             os.close(fd)
@@ -300,7 +355,7 @@ def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget:
                         proc.wait(timeout=1)
                     except subprocess.TimeoutExpired:
                         raise _Broken("protocol", "closed the grader's result channel") from None
-                    raise _Broken(*_exit_words(proc.returncode, limits, isolated))
+                    raise _Broken(*_exit_words(proc.returncode, limits, isolated and not sandbox.zygote))
                 buf += chunk
                 if len(buf) > limits.max_output + (1 << 20) and b"\n" not in buf:
                     raise _Broken("bad_output", "sent a result larger than the limit")
