@@ -11,7 +11,7 @@ TORCH ?= torch==2.13.0
 # JupyterLab refuses to run as root unless told; containers often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 
-.PHONY: lab test setup doctor bench strip lint clean
+.PHONY: lab lab-zh test setup doctor bench strip lint i18n clean
 
 setup: $(VENV)/.installed
 
@@ -44,6 +44,15 @@ strip: setup
 
 lint: setup
 	$(BIN)/python -m ruff check .
+
+# The library's Chinese strings: collect every _() / N_() message from milktea/ into the
+# template, merge it into the zh_CN catalog (translate the new entries there), compile
+# the .mo that ships in the package. tests/test_i18n.py fails when one step was skipped.
+LOCALE := milktea/locale
+i18n: setup
+	$(BIN)/pybabel extract --no-location --sort-output -k N_ -o $(LOCALE)/milktea.pot milktea
+	$(BIN)/pybabel update --no-location -D milktea -i $(LOCALE)/milktea.pot -d $(LOCALE) -l zh_CN
+	$(BIN)/pybabel compile -D milktea -d $(LOCALE) -l zh_CN --statistics
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .hypothesis .ruff_cache

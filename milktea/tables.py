@@ -6,10 +6,15 @@ terminals.
     | --- | --- |
     | int8 | 3.98 |
     | int4 | 7.9 |
+
+Column names are the rows' keys (code reads them); only the header line is shown in the
+library's language (milktea.i18n), so `rows[0]["scheme"]` works in either edition.
 """
 from __future__ import annotations
 
 import math
+
+from .i18n import _
 
 
 def fmt(v, digits: int = 3) -> str:
@@ -49,7 +54,7 @@ def markdown_table(rows: list[dict], columns: list[str] | None = None, digits: i
         v = row.get(c)
         return formats[c].format(v) if c in formats and v not in (None, "") else fmt(v, digits)
 
-    lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
+    lines = ["| " + " | ".join(_(c) for c in columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
     lines += ["| " + " | ".join(cell(r, c) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
 
@@ -67,7 +72,7 @@ def html_table(rows: list[dict], columns: list[str] | None = None, digits: int =
     if not rows:
         raise ValueError("html_table needs at least one row")
     columns = columns or list(rows[0])
-    head = "".join(f"<th style='padding:2px 8px'>{html.escape(c)}</th>" for c in columns)
+    head = "".join(f"<th style='padding:2px 8px'>{html.escape(_(c))}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(fmt(r.get(c), digits))}</td>"
                                     for c in columns) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
