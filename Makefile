@@ -51,7 +51,7 @@ lint: setup
 LOCALE := milktea/locale
 i18n: setup
 	$(BIN)/pybabel extract --no-location --sort-output -k N_ -o $(LOCALE)/milktea.pot milktea
-	$(BIN)/pybabel update --no-location -D milktea -i $(LOCALE)/milktea.pot -d $(LOCALE) -l zh_CN
+	$(BIN)/pybabel update --ignore-obsolete -D milktea -i $(LOCALE)/milktea.pot -d $(LOCALE) -l zh_CN
 	$(BIN)/pybabel compile -D milktea -d $(LOCALE) -l zh_CN --statistics
 
 clean:

@@ -28,8 +28,10 @@ keep their usual look and Chinese characters come from the CJK font.
 
 from __future__ import annotations
 
+import contextlib
 import gettext
 import os
+import threading
 import warnings
 from pathlib import Path
 
@@ -49,25 +51,50 @@ FONT_HINT = ("no font with Chinese glyphs found; figures will show boxes. Instal
 _current = "en"
 _catalog: gettext.NullTranslations = gettext.NullTranslations()
 _saved_family = None  # matplotlib's font.family before use("zh") added the CJK fallback
+_local = threading.local()  # speaking(): a language for one thread, for a while
 
 
 def use(lang: str) -> None:
     """Make the library speak ``lang`` ("en" or "zh") from now on, in this process."""
     global _current, _catalog
+    key = _key(lang)
+    _current, _catalog = key, _load(key)
+    _set_figure_font(key)
+
+
+def _key(lang) -> str:
     if not isinstance(lang, str):
         raise TypeError(f"language must be a string such as 'en' or 'zh', not {type(lang).__name__}")
     key = lang.strip().lower().replace("_", "-")
     key = {"zh-cn": "zh", "zh-hans": "zh", "cn": "zh", "english": "en"}.get(key, key)
     if key not in LANGUAGES:
         raise ValueError(f"unknown language {lang!r}; choose one of {', '.join(LANGUAGES)}")
-    _current = key
+    return key
+
+
+def _load(key: str) -> gettext.NullTranslations:
     if key == "en":
-        _catalog = gettext.NullTranslations()
-    else:
-        _catalog = gettext.translation(
-            "milktea", localedir=_LOCALE_DIR, languages=[_GETTEXT_NAMES[key]], fallback=True
-        )
-    _set_figure_font(key)
+        return gettext.NullTranslations()
+    return gettext.translation("milktea", localedir=_LOCALE_DIR, languages=[_GETTEXT_NAMES[key]], fallback=True)
+
+
+@contextlib.contextmanager
+def speaking(lang: str):
+    """Speak `lang` inside the block, in this thread only (the grader writes each learner's
+    feedback in the language of that learner's notebook)::
+
+        >>> with speaking("zh"):
+        ...     print(_("parameter server"))
+        参数服务器
+        >>> print(_("parameter server"))
+        parameter server
+    """
+    before = getattr(_local, "override", None)
+    _local.override = (_key(lang), _load(_key(lang)))
+    try:
+        yield
+    finally:
+        _local.override = before
 
 
 def cjk_font() -> str | None:
@@ -117,12 +144,14 @@ def _set_figure_font(key: str) -> None:
 
 def language() -> str:
     """The language the library speaks now: "en" or "zh"."""
-    return _current
+    override = getattr(_local, "override", None)
+    return override[0] if override else _current
 
 
 def _(message: str) -> str:
     """``message`` in the current language (English when no translation exists)."""
-    return _catalog.gettext(message)
+    override = getattr(_local, "override", None)
+    return (override[1] if override else _catalog).gettext(message)
 
 
 def N_(message: str) -> str:

@@ -33,7 +33,9 @@ from concurrent.futures import ThreadPoolExecutor
 from . import isolation
 from .check import format_result
 from .evaluate import WORDS, failed_all, grade_notebook
-from .notebook import atomic_write
+from .. import i18n
+from ..i18n import _
+from .notebook import atomic_write, notebook_language
 from .prepare import SetupError, fingerprint, prepare
 from .public import CHAPTERS
 from .sandbox import Limits
@@ -184,7 +186,8 @@ def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden
                 rec["extra_data"]["mac"] = _mac(secret, rec)
                 records[name] = rec
                 atomic_write(os.path.join(out, "results", safe_name(name) + ".json"), json.dumps(rec, indent=1) + "\n")
-                atomic_write(os.path.join(out, "feedback", safe_name(name) + ".txt"), _feedback(name, outcome[2]))
+                atomic_write(os.path.join(out, "feedback", safe_name(name) + ".txt"),
+                             _feedback(name, outcome[2], _language(_st)))
             _write_csv(os.path.join(out, "grades.csv"), found, records, prepared)
             bar.update(1)
     bar.close()
@@ -243,13 +246,24 @@ def _error_record(student, prepared, message) -> dict:
         "error": message}}
 
 
-def _feedback(student: str, results: list) -> str:
-    parts = [f"Feedback for {student}", ""]
-    for res in results:
-        name = os.path.basename(res.path) or f"{res.chapter}.ipynb"
-        parts += [f"{name}: {res.score:g} / {res.points:g}", format_result(res), ""]
-    total = sum(r.score for r in results)
-    parts.append(f"Total: {total:g} / {sum(r.points for r in results):g} (public and hidden tests)")
+def _language(st) -> str:
+    """The feedback's language: that of the student's first readable notebook (its metadata,
+    written by make_exercises into exercises/zh/), English when none says otherwise."""
+    for sub in st.files.values():
+        if sub is not None and sub.nb is not None:
+            return notebook_language(sub.shown, sub.nb, by_folder=False)  # a folder is a student here
+    return "en"
+
+
+def _feedback(student: str, results: list, lang: str = "en") -> str:
+    with i18n.speaking(lang):
+        parts = [_("Feedback for {student}").format(student=student), ""]
+        for res in results:
+            name = os.path.basename(res.path) or f"{res.chapter}.ipynb"
+            parts += [f"{name}: {res.score:g} / {res.points:g}", format_result(res), ""]
+        total = sum(r.score for r in results)
+        parts.append(_("Total: {total:g} / {points:g} (public and hidden tests)").format(
+            total=total, points=sum(r.points for r in results)))
     return "\n".join(parts) + "\n"
 
 

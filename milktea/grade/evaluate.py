@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ..i18n import N_
 from . import sandbox
 from .notebook import NotebookError, graded_cells, read_notebook
 from .prepare import Chapter
@@ -15,22 +16,23 @@ from .spec import call_text, show
 
 SHOWN = 3   # public failures described in full per task
 
+# shown through milktea.i18n._ where the feedback is written (N_ marks them for the catalog)
 WORDS = {
-    "wrong": "wrong answer",
-    "exception": "raised an error",
-    "not_implemented": "not implemented yet",
-    "missing": "function not found",
-    "syntax": "syntax error",
-    "timeout": "too slow / endless loop",
-    "crash": "the process died",
-    "exit": "called exit()",
-    "memory": "out of memory",
-    "blocked": "did something not allowed",
-    "bad_output": "returned an ungradable value",
-    "protocol": "wrote to the grader's channel",
-    "budget": "submission time budget used up",
-    "malformed": "notebook unreadable",
-    "not_submitted": "notebook not submitted",
+    "wrong": N_("wrong answer"),
+    "exception": N_("raised an error"),
+    "not_implemented": N_("not implemented yet"),
+    "missing": N_("function not found"),
+    "syntax": N_("syntax error"),
+    "timeout": N_("too slow / endless loop"),
+    "crash": N_("the process died"),
+    "exit": N_("called exit()"),
+    "memory": N_("out of memory"),
+    "blocked": N_("did something not allowed"),
+    "bad_output": N_("returned an ungradable value"),
+    "protocol": N_("wrote to the grader's channel"),
+    "budget": N_("submission time budget used up"),
+    "malformed": N_("notebook unreadable"),
+    "not_submitted": N_("notebook not submitted"),
 }
 
 
