@@ -27,6 +27,11 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 lab: setup
 	$(BIN)/python -m jupyter lab $(ROOT_FLAG) $(wildcard notebooks/00_*.ipynb)
 
+# The Chinese edition (中文版), with JupyterLab's menus in Simplified Chinese: the language
+# pack (course extra) is chosen by a settings override for this command only.
+lab-zh: setup
+	$(BIN)/python -m jupyter lab $(ROOT_FLAG) --LabApp.app_settings_dir=tools/lab-zh notebooks/zh/00_welcome.ipynb
+
 test: setup
 	$(BIN)/python -m pytest
 
@@ -38,7 +43,8 @@ bench: setup
 
 # Notebooks are stored without outputs; the cell ids stay (the chapters name them).
 # The same command runs before each commit (.pre-commit-config.yaml) and in the tests.
-NOTEBOOKS := $(wildcard notebooks/*.ipynb exercises/*.ipynb solutions/*.ipynb tests/fixtures/*.ipynb)
+NOTEBOOKS := $(wildcard notebooks/*.ipynb exercises/*.ipynb solutions/*.ipynb tests/fixtures/*.ipynb \
+                           notebooks/zh/*.ipynb exercises/zh/*.ipynb solutions/zh/*.ipynb)
 strip: setup
 	$(BIN)/python -m nbstripout --keep-id $(NOTEBOOKS)
 
