@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from .. import cost
+from ..i18n import N_, _
 from ..tasks import _int
 
 # Parameter counts of well-known models (public figures, rounded).
@@ -231,7 +232,7 @@ def seconds(x: float) -> str:
     """A duration in words a reader can compare: ms, s, min, h or days."""
     if not math.isfinite(x):
         return str(x)
-    for unit, size in (("days", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+    for unit, size in ((N_("days"), 86400), ("h", 3600), ("min", 60), ("s", 1)):
         if x >= size:
-            return f"{x / size:.3g} {unit}"
+            return f"{x / size:.3g} {_(unit)}"
     return f"{x * 1e3:.3g} ms"
