@@ -85,7 +85,7 @@ class Dashboard:
             done.set()
             painter.join()
             self.button.disabled = False
-        self.recorder.current = "all done"
+        self.recorder.current = _("all done")
         self._draw()
         self.header.value = _("<b>head office</b>: {n} schemes trained, {where}, {workers} workers").format(
             n=len(schemes), where=html.escape(self.result.where), workers=self.workers)
