@@ -54,7 +54,7 @@ def markdown_table(rows: list[dict], columns: list[str] | None = None, digits: i
         v = row.get(c)
         return formats[c].format(v) if c in formats and v not in (None, "") else fmt(v, digits)
 
-    lines = ["| " + " | ".join(_(c) for c in columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
+    lines = ["| " + " | ".join(_(c) for c in columns) + " |", "| " + " | ".join("---" for _c in columns) + " |"]
     lines += ["| " + " | ".join(cell(r, c) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
 

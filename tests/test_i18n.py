@@ -83,6 +83,24 @@ def test_no_formatted_string_inside_underscore():
     assert not bad, "_() needs a plain string literal (use _('... {n} ...').format(n=...)):\n  " + "\n  ".join(bad)
 
 
+def test_no_module_rebinds_underscore():
+    """A module that imports _ from milktea.i18n never binds the name _ itself (`_, ax = ...`,
+    `def update(_=None)`, `for _ in ...`): inside that scope _("...") would call the wrong thing."""
+    bad = []
+    for path in sorted((ROOT / "milktea").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imports = any(isinstance(n, ast.ImportFrom) and (n.module or "").endswith("i18n")
+                      and any(a.name == "_" for a in n.names) for n in ast.walk(tree))
+        if not imports:
+            continue
+        for node in ast.walk(tree):
+            bound = (isinstance(node, ast.Name) and node.id == "_" and isinstance(node.ctx, ast.Store)) or \
+                    (isinstance(node, ast.arg) and node.arg == "_")
+            if bound:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, "these bind the name _ (the translation function there); rename them:\n  " + "\n  ".join(bad)
+
+
 def test_the_catalog_ships_in_the_package():
     try:
         import tomllib

@@ -128,7 +128,7 @@ def ring_allreduce(arrays: list[np.ndarray]) -> RingRun:
             for i, j, c, data in msgs:     # all sends of a step happen at once
                 chunks[j][c] = chunks[j][c] + data if phase == "reduce-scatter" else data
                 sent[i] += data.size * itemsize
-            log.append([(i, j, c) for i, j, c, _ in msgs])
+            log.append([(i, j, c) for i, j, c, _size in msgs])
     result = [np.concatenate(w).reshape(shape).astype(arrays[0].dtype) for w in chunks]
     return RingRun(result, sent, len(log), log)
 

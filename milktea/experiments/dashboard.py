@@ -164,7 +164,7 @@ def stage_times(comparison, scheme: str, compressor=None, repeats: int = 3) -> l
         x = torch.randn(numel, generator=torch.Generator().manual_seed(0))
         compressor.decompress(compressor.compress(x))          # warm-up
         t = {"compress": [], "encode": [], "decode": []}
-        for _ in range(repeats):
+        for _rep in range(repeats):
             t0 = time.perf_counter()
             p = compressor.compress(x)
             t1 = time.perf_counter()

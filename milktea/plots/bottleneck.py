@@ -15,7 +15,7 @@ COMPUTE, COMM, IDLE = "tab:blue", "tab:orange", "tab:red"
 def _ax(ax, figsize):
     if ax is None:
         import matplotlib.pyplot as plt
-        _, ax = plt.subplots(figsize=figsize)
+        _fig, ax = plt.subplots(figsize=figsize)
     return ax
 
 

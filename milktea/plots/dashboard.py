@@ -99,7 +99,7 @@ def evaluation(rows, ax=None):
     ticks = [t for t in nice if lo <= t <= hi]
     ax.set_xlim(lo, hi)
     ax.set_xticks(ticks)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}x"))
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(_("speedup over dense (measured step time)"))
     ax.set_ylabel(_("test accuracy at the end"))

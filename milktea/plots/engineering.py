@@ -135,7 +135,7 @@ def ab_step_times(comparison, ax=None):
     rows = [r for r in comparison.rows if "error" not in r]
     if ax is None:
         import matplotlib.pyplot as plt
-        _, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.4))
+        _fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.4))
     comp = 1e3 * sum(comparison.compute.values())
     parts = ((N_("compute"), "tab:blue"), (N_("compress + decode"), "tab:green"),
              (N_("inside the collectives (measured)"), "tab:orange"), (N_("rest of the step"), "tab:gray"))
@@ -161,7 +161,7 @@ def ab_accuracy(comparison, ax=None):
     rows = [r for r in comparison.rows if "error" not in r]
     if ax is None:
         import matplotlib.pyplot as plt
-        _, ax = plt.subplots(figsize=(5, 0.45 * len(rows) + 1.4))
+        _fig, ax = plt.subplots(figsize=(5, 0.45 * len(rows) + 1.4))
     ax.barh([r["label"] for r in rows], [r["accuracy"] for r in rows], color="tab:green")
     ax.invert_yaxis()
     ax.set_xlabel(_("test accuracy after {v} steps").format(v=comparison.config['steps']))

@@ -61,7 +61,7 @@ def feedback_runs(runs: dict, axes=None):
     """Held-out accuracy and training loss against steps for each run."""
     if axes is None:
         import matplotlib.pyplot as plt
-        _, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+        _fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     ax0, ax1 = axes
     styles = {"dense": "k-", "Top-K + ledger": "-", "Top-K, no ledger": "--"}
     for name, h in runs.items():

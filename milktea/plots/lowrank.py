@@ -8,7 +8,7 @@ from ..i18n import _
 def _axes(axes, n):
     if axes is None:
         import matplotlib.pyplot as plt
-        _, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4))
+        _fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4))
     return axes
 
 

@@ -19,7 +19,7 @@ def _fig(fig, figsize, ncols=1, nrows=1, **kw):
 def _ax(ax, figsize):
     if ax is None:
         import matplotlib.pyplot as plt
-        _, ax = plt.subplots(figsize=figsize)
+        _fig, ax = plt.subplots(figsize=figsize)
     return ax
 
 

@@ -34,7 +34,7 @@ class Dashboard:
                                 description=_("link"))
         self.steps = w.BoundedIntText(value=steps, min=3, max=1000, description=_("steps"))
         self.button = w.Button(description=_("run again"), button_style="primary", icon="play")
-        self.button.on_click(lambda _: self.run())
+        self.button.on_click(lambda _button: self.run())
         self.whatif = w.FloatLogSlider(value=link_gbit or 1.0, base=10, min=-1, max=2.5, step=0.05,
                                        description=_("what if Gbit/s"), continuous_update=False,
                                        style={"description_width": "initial"})
@@ -92,7 +92,7 @@ class Dashboard:
         self._reprice()
         return self.result
 
-    def _reprice(self, _=None):
+    def _reprice(self, _change=None):
         if self.result is None:
             show_html(self.whatif_out, _("<i>the what-if view appears after the first run</i>"
                                          " (link {gbit:.3g} Gbit/s)").format(gbit=self.whatif.value))
@@ -124,7 +124,7 @@ def decision_guide(gbit: float = 10.0, params: float = 1e9, workers: int = 16, c
     src = w.Dropdown(options=list(sources.items()), value="gpu", description=_("codecs"))
     out = w.Output()
 
-    def update(_=None):
+    def update(_change=None):
         if src.value not in codecs:
             codecs[src.value] = measured_codecs()
         a = advise(size.value, n.value, bw.value, comp.value, codec_ns=codecs[src.value])

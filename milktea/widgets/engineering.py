@@ -28,7 +28,7 @@ def overlap_explorer(profile: exp.Profile | None = None, forward_s: float = 0.05
     ratio = w.SelectionSlider(options=RATIOS, value=1, description=_("ratio R"), continuous_update=False)
     out = w.Output()
 
-    def update(_=None):
+    def update(_change=None):
         link = cost.Link.gbit(bw.value, latency)
         tl = exp.predict_timeline(profile, bucket.value, link, workers, forward_s, ratio=ratio.value)
         fig = new_figure((8, 2.4))

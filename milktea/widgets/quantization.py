@@ -30,7 +30,7 @@ def snapping(x: torch.Tensor | None = None, bits: int = 4, chunk: int | None = 1
     stoch = w.Checkbox(value=False, description=_("stochastic rounding"))
     out = w.Output()
 
-    def update(_=None):
+    def update(_change=None):
         s = exp.snap(x, bits_s.value, chunk_s.value or None, stoch.value)
         fig = new_figure((8, 4.2))
         plots.snap(s, fig=fig, show=show)
