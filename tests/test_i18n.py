@@ -60,6 +60,12 @@ def test_translations_keep_every_placeholder():
     assert not bad, "a translation must keep the same {fields} (with the same format specs):\n  " + "\n  ".join(bad)
 
 
+def test_babel_finds_no_error_in_the_catalog():
+    """What `pybabel compile` checks (e.g. %-placeholders, which English like "1% of" can fake)."""
+    errors = [f"{m.id!r}: {'; '.join(map(str, errs))}" for m, errs in _po().check()]
+    assert not errors, "\n".join(errors)
+
+
 def test_compiled_catalog_is_the_po():
     """The .mo that ships is the .po compiled: same entries, same translations."""
     po = {m.id: m.string for m in _po() if m.id and m.string and not m.fuzzy}

@@ -196,7 +196,7 @@ def randomk_as_good() -> Verdict:
     for name, c in (("top-k", TopK(0.01)), ("random-k", RandomK(0.01))):
         y = c.decompress(c.compress(g))
         share[name] = float(y.pow(2).sum() / g.pow(2).sum())
-    text = (_("the same 1% of entries: Top-K keeps {v:.0%} of the gradient's squared norm, Random-K {v2:.1%}.").format(v=share['top-k'], v2=share['random-k']))
+    text = (_("the same {kept:.0%} of entries: Top-K keeps {v:.0%} of the gradient's squared norm, Random-K {v2:.1%}.").format(kept=0.01, v=share['top-k'], v2=share['random-k']))
     return Verdict(_("Random-K is as good as Top-K for the same bytes"), share, text,
                    share["top-k"] > 2 * share["random-k"])
 
@@ -207,7 +207,7 @@ def zip_is_enough() -> Verdict:
     raw = g.numpy().tobytes()
     ratio = len(raw) / len(zlib.compress(raw, 9))
     top = TopK(0.01).compress(g).ratio
-    text = (_("zlib at level 9 shrinks a real fp32 gradient {ratio:.2f}x (random low mantissa bits do not compress); Top-1% gives {top:.0f}x.").format(ratio=ratio, top=top))
+    text = (_("zlib at level 9 shrinks a real fp32 gradient {ratio:.2f}x (random low mantissa bits do not compress); Top-{kept:.0%} gives {top:.0f}x.").format(ratio=ratio, kept=0.01, top=top))
     return Verdict(_("Lossless compression (zip) is enough"), {"zlib": ratio, "topk": top}, text, ratio < 2)
 
 
