@@ -10,14 +10,15 @@ import shutil
 
 import pytest
 
-from _grade_helpers import CHAPTERS, EXERCISES, HIDDEN, SOLUTIONS, save, solution
+from _grade_helpers import CHAPTERS, EXERCISES, HIDDEN, SOLUTIONS, save, solution, with_cell
 from milktea.grade import make_exercises
 from milktea.grade.check import check_notebook
-from milktea.grade.classroom import _feedback
+from milktea.grade.classroom import _feedback, grade_class
 from milktea.grade.evaluate import grade_notebook
 from milktea.grade.notebook import cell_tasks, notebook_language, notebook_text, read_notebook
 from milktea.grade.prepare import prepare
 from milktea.grade.public import CHAPTERS as TASKS
+from milktea.grade.sandbox import Limits
 
 CHAPTER = "03_topk"
 ZH_SOLUTIONS = sorted((SOLUTIONS / "zh").glob("*.ipynb"))
@@ -71,6 +72,27 @@ def test_chinese_solution_and_exercise_grade_like_the_english_ones(course):
     assert zh_sol == en_sol == [(t.id, t.points, t.points, "") for t in TASKS[CHAPTER]]
     en_ex, zh_ex = score(course / "exercises" / f"{CHAPTER}.ipynb"), score(course / "exercises" / "zh" / f"{CHAPTER}.ipynb")
     assert zh_ex == en_ex and all(score == 0 for _, _, score, _ in zh_ex)
+
+
+WRONG = "import numpy as np\n\ndef topk_threshold(x, k):\n    return 0.0\n"
+
+
+def test_class_feedback_in_each_learners_language(course, tmp_path):
+    """Two learners hand in the same wrong answer, one in each edition: same scores, and each
+    feedback file in the language of its notebook (the folder is the student's name)."""
+    subs = tmp_path / "subs"
+    for student, path in (("zh", course / "exercises" / "zh" / f"{CHAPTER}.ipynb"),
+                          ("en", course / "exercises" / f"{CHAPTER}.ipynb")):
+        save(with_cell(read_notebook(str(path)), "03.1", WRONG), subs / student / f"{CHAPTER}.ipynb")
+    records = grade_class(str(subs), str(tmp_path / "out"), str(SOLUTIONS), str(HIDDEN), seed=7, progress=False,
+                          limits=Limits(task_seconds=3, submission_seconds=60, memory_mb=1024), chapter=CHAPTER)
+    scores = {s: [(t["name"].split()[0], t["score"], t["max_score"]) for t in r["tests"]] for s, r in records.items()}
+    assert scores["zh"] == scores["en"] and scores["zh"][0][1] < scores["zh"][0][2]
+    zh = (tmp_path / "out" / "feedback" / "zh.txt").read_text(encoding="utf-8")
+    en = (tmp_path / "out" / "feedback" / "en.txt").read_text(encoding="utf-8")
+    assert "zh 的反馈" in zh and "答案错误" in zh and "应为" in zh and "用例 '" in zh and "总分" in zh, zh
+    assert "Feedback for en" in en and "wrong answer" in en and "expected" in en and not any(
+        "\u4e00" <= ch <= "\u9fff" for ch in en), en
 
 
 def test_feedback_is_in_the_notebooks_language(course, capsys):

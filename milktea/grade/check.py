@@ -81,9 +81,9 @@ def check_notebook(notebook: str, solutions: str | None = None, seed: int | None
     solutions = solutions or find_solutions(notebook, chapter)
     prepared = prepare(chapter, solutions, None, seed)
     deny = [] if os.path.samefile(os.path.dirname(os.path.abspath(notebook)), solutions) else [solutions]
-    res = grade_notebook(notebook, prepared, limits, deny)
-    if not quiet:
-        with i18n.speaking(notebook_language(notebook, nb)):
+    with i18n.speaking(notebook_language(notebook, nb)):  # the feedback is written while grading
+        res = grade_notebook(notebook, prepared, limits, deny)
+        if not quiet:
             print(_("Checking {name} on the public tests (seed {seed}; --seed {seed} repeats these cases)").format(
                 name=os.path.basename(notebook), seed=seed) + "\n")
             print(format_result(res))

@@ -156,6 +156,10 @@ def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden
 
     def work(item):
         name, st, key = item
+        with i18n.speaking(_language(st)):  # this thread only: the learner's language, while grading
+            return name, key, _grade_student(st)
+
+    def _grade_student(st):
         results = []
         for ch in chapters:
             sub = st.files.get(ch)
@@ -165,14 +169,15 @@ def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden
                 results.append(failed_all(prepared[ch], sub.shown, "malformed", sub.error))
             elif None in st.files:
                 unknown = st.files[None]
-                results.append(failed_all(prepared[ch], unknown.shown, "malformed", unknown.error or (
-                    f"{unknown.shown}: can't tell which exercise this is (no exercise metadata); "
-                    "the instructor can pass --chapter")))
+                results.append(failed_all(prepared[ch], unknown.shown, "malformed", unknown.error or _(
+                    "{name}: can't tell which exercise this is (no exercise metadata); "
+                    "the instructor can pass --chapter").format(name=unknown.shown)))
             else:
-                results.append(failed_all(prepared[ch], "", "not_submitted", f"{ch}.ipynb was not submitted"))
+                results.append(failed_all(prepared[ch], "", "not_submitted",
+                                          _("{name} was not submitted").format(name=f"{ch}.ipynb")))
         if results:
             results[0].notes[:0] = st.notes
-        return name, key, results
+        return results
 
     start, bar = time.monotonic(), _bar(len(todo), progress)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
