@@ -206,3 +206,30 @@ def test_english_drops_the_cjk_fallback(zh):
     assert i18n.cjk_font() not in matplotlib.rcParams["font.family"]
     complaints = [m for m in _draw_chinese_title() if "glyph" in m.lower()]
     assert complaints, "without the fallback, matplotlib should miss the Chinese glyphs (the test above means something)"
+
+
+# ---------------------------------------------------------------- make lab-zh
+
+def test_lab_zh_opens_the_chinese_edition_in_chinese():
+    """`make lab-zh` opens notebooks/zh/00_welcome.ipynb with a settings override (for that
+    command only) that picks JupyterLab's Simplified Chinese language pack, which the course
+    extra installs."""
+    import json
+    import re
+    make = (ROOT / "Makefile").read_text()
+    rule = re.search(r"^lab-zh:.*\n\t(.+)$", make, re.M)
+    assert rule, "Makefile: a lab-zh target"
+    cmd = rule.group(1)
+    assert "notebooks/zh/00_welcome.ipynb" in cmd
+    folder = re.search(r"--LabApp\.app_settings_dir=(\S+)", cmd).group(1)
+    overrides = json.loads((ROOT / folder / "overrides.json").read_text())
+    assert overrides["@jupyterlab/translation-extension:plugin"]["locale"] == "zh_CN"
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert "jupyterlab-language-pack-zh-CN" in pyproject
+    from importlib import metadata
+    try:
+        metadata.distribution("jupyterlab-language-pack-zh-CN")
+    except metadata.PackageNotFoundError:
+        pytest.skip("the Chinese language pack is not installed: pip install -e '.[course]'")
+    import jupyterlab_language_pack_zh_CN as pack
+    assert list(Path(pack.__file__).parent.rglob("*.json")), "the language pack ships its translations"
