@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from . import cost
+from .i18n import _
 from .tables import markdown_table
 from .timing import codec_seconds, median, time_it
 
@@ -119,7 +120,7 @@ class Advice:
         return self.rows
 
     def _repr_markdown_(self) -> str:
-        head = f"**Choice: `{self.choice}`**\n\n" + "\n".join(f"- {r}" for r in self.reasons)
+        head = _("**Choice: `{choice}`**\n\n").format(choice=self.choice) + "\n".join(f"- {r}" for r in self.reasons)
         return head + "\n\n" + markdown_table(self.rows)
 
     def __repr__(self) -> str:
@@ -171,24 +172,21 @@ def advise(params: float, workers: int, gbit: float, compute_s: float, *, latenc
     share = dense["comm s"] / (compute_s + dense["comm s"])
     ceiling = (compute_s + dense["comm s"]) / compute_s
     best = min(rows, key=lambda r: r["step s"])
-    reasons = [f"dense all-reduce: {dense['comm s']:.3g} s of communication against {compute_s:.3g} s of "
-               f"compute ({share:.0%} of a serial step); no scheme can beat {ceiling:.2f}x"]
+    reasons = [_("dense all-reduce: {v:.3g} s of communication against {compute_s:.3g} s of compute ({share:.0%} of a serial step); no scheme can beat {ceiling:.2f}x").format(v=dense['comm s'], compute_s=compute_s, share=share, ceiling=ceiling)]
     if share < small_share:
         choice = "dense"
-        reasons.append(f"communication is under {small_share:.0%} of the step: compression cannot pay for "
-                       "its risk; keep dense all-reduce with bucketed overlap")
+        reasons.append(_("communication is under {small_share:.0%} of the step: compression cannot pay for its risk; keep dense all-reduce with bucketed overlap").format(small_share=small_share))
     else:
         fine = [r for r in rows if r["step s"] <= best["step s"] * (1 + tolerance)]
         pick = min(fine, key=lambda r: (r["complexity"], r["step s"]))
         choice = pick["scheme"]
-        reasons.append(f"fastest: {best['scheme']} at {best['step s']:.3g} s per step ({best['speedup']:.2f}x)")
+        reasons.append(_("fastest: {v} at {v2:.3g} s per step ({v3:.2f}x)").format(v=best['scheme'], v2=best['step s'], v3=best['speedup']))
         if pick is not best:
-            reasons.append(f"{choice} is within {tolerance:.0%} of it ({pick['step s']:.3g} s) and simpler")
-        reasons.append(f"{choice} needs: {pick['needs']}")
+            reasons.append(_("{choice} is within {tolerance:.0%} of it ({v:.3g} s) and simpler").format(choice=choice, tolerance=tolerance, v=pick['step s']))
+        reasons.append(_("{choice} needs: {v}").format(choice=choice, v=pick['needs']))
         gathers = [r for r in rows if r["collective"] == "allgather" and r["speedup"] < 1]
         if gathers:
-            reasons.append(f"slower than dense here: {', '.join(r['scheme'] for r in gathers)} (all-gathered "
-                           f"packets grow with the {workers} workers, or the codec costs more than it saves)")
+            reasons.append(_("slower than dense here: {v} (all-gathered packets grow with the {workers} workers, or the codec costs more than it saves)").format(v=', '.join(r['scheme'] for r in gathers), workers=workers))
     return Advice(rows, choice, reasons, share, ceiling,
                   dict(params=params, workers=workers, gbit=gbit, compute_s=compute_s, latency_us=latency_us,
                        overlap=overlap, buckets=buckets))

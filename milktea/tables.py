@@ -6,10 +6,30 @@ terminals.
     | --- | --- |
     | int8 | 3.98 |
     | int4 | 7.9 |
+
+Column names are the rows' keys (code reads them); only the header line is shown in the
+library's language (milktea.i18n), so `rows[0]["scheme"]` works in either edition.
 """
 from __future__ import annotations
 
 import math
+
+from .i18n import N_, _
+
+# Column names of the course's tables (the rows' keys), marked for the catalog: a table shows
+# its header line through _(), so these read in Chinese in the Chinese edition while code keeps
+# using the English keys. Names without words (R, k, k/d) need no entry.
+COLUMNS = (
+    N_("scheme"), N_("family"), N_("selector"), N_("encoding"), N_("collective"), N_("workers"), N_("night"),
+    N_("bits"), N_("bits/entry"), N_("bytes"), N_("bytes per step"), N_("packet bytes"), N_("wire bytes"),
+    N_("value bytes"), N_("int32 bytes"), N_("delta8 bytes"), N_("varint bytes"), N_("bitmap bytes"),
+    N_("MB sent per worker"), N_("density"), N_("relative error"), N_("cosine"), N_("bound"), N_("holds"),
+    N_("diverged"), N_("saving"), N_("speed-up"), N_("speedup"), N_("comm s"), N_("codec s"), N_("step s"),
+    N_("dense all-reduce (s)"), N_("R=8 all-gather (s)"), N_("R (real packets)"), N_("levels s"),
+    N_("test accuracy"), N_("held-out accuracy"), N_("held-out loss"), N_("entries returned (largest n)"),
+    N_("chosen tonight"), N_("read out"), N_("new"), N_("sum"), N_("ledger before"), N_("ledger after"),
+    N_("measured variance / ||x||²"), N_("noise floor sqrt(var/60)"),
+)
 
 
 def fmt(v, digits: int = 3) -> str:
@@ -49,7 +69,7 @@ def markdown_table(rows: list[dict], columns: list[str] | None = None, digits: i
         v = row.get(c)
         return formats[c].format(v) if c in formats and v not in (None, "") else fmt(v, digits)
 
-    lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
+    lines = ["| " + " | ".join(_(c) for c in columns) + " |", "| " + " | ".join("---" for _c in columns) + " |"]
     lines += ["| " + " | ".join(cell(r, c) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
 
@@ -67,7 +87,7 @@ def html_table(rows: list[dict], columns: list[str] | None = None, digits: int =
     if not rows:
         raise ValueError("html_table needs at least one row")
     columns = columns or list(rows[0])
-    head = "".join(f"<th style='padding:2px 8px'>{html.escape(c)}</th>" for c in columns)
+    head = "".join(f"<th style='padding:2px 8px'>{html.escape(_(c))}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(fmt(r.get(c), digits))}</td>"
                                     for c in columns) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -3,8 +3,10 @@
 Starts JupyterLab from this environment (as `make lab` does) on 127.0.0.1 with a fresh
 token and throw-away config, drives Debian's headless Chromium with Playwright, and for
 each notebook: Run All, wait until every cell has run, check no cell shows an error and
-every widget rendered, move one slider and check that what it drives changed. One
-screenshot per notebook goes to results/screenshots/. Nothing is written to the notebooks
+every widget rendered, move one slider and check that what it drives changed. The Chinese
+edition (notebooks/zh/) runs the same way, and on a Chinese page no character may lack a
+glyph (in the page, and no missing-glyph warning from matplotlib). One screenshot per notebook
+goes to results/screenshots/ (results/screenshots/zh/ for the Chinese edition). Nothing is written to the notebooks
 (autosave is off; the files are compared before and after) and no process is left behind.
 """
 import json
@@ -23,7 +25,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+CHAPTERS = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "notebooks" / "zh").glob("*.ipynb"))
 FIXTURE = ROOT / "tests" / "fixtures" / "widgets_demo.ipynb"
 SHOTS = ROOT / "results" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
@@ -306,8 +308,53 @@ VALUE_JS = r"""(i) => {
 }"""
 
 
+# Characters of the open notebook that the page cannot draw. Each distinct CJK character
+# (and the probe, a private-use character no font has) is drawn on a canvas in the font the
+# markdown uses; one whose pixels equal the probe's is drawn as the same "missing" box.
+# Returns [the probe's own verdict, the missing characters].
+GLYPHS_JS = r"""(probe) => {
+  const panel = [...document.querySelectorAll('.jp-NotebookPanel')]
+      .find(p => !p.classList.contains('lm-mod-hidden'));
+  const md = panel.querySelector('.jp-RenderedMarkdown') || panel;
+  const font = '20px ' + getComputedStyle(md).fontFamily;
+  const chars = [...new Set(panel.textContent.match(/[\u3400-\u9fff\uff01-\uff5e\u3000-\u303f]/g) || [])];
+  const canvas = document.createElement('canvas');
+  canvas.width = 28; canvas.height = 28;
+  const ctx = canvas.getContext('2d', {willReadFrequently: true});
+  const draw = ch => {
+    ctx.clearRect(0, 0, 28, 28); ctx.font = font; ctx.fillStyle = '#000'; ctx.textBaseline = 'top';
+    ctx.fillText(ch, 2, 2);
+    return ctx.getImageData(0, 0, 28, 28).data.join(',');
+  };
+  const box = draw(probe), blank = draw(' ');
+  const missing = chars.filter(ch => draw(ch) === box || draw(ch) === blank);
+  return [box !== blank, missing, chars.length];
+}"""
+
+# matplotlib's complaint when a figure's text has no glyph (printed to the cell's stderr)
+GLYPH_WARNINGS_JS = r"""() => {
+  const panel = [...document.querySelectorAll('.jp-NotebookPanel')]
+      .find(p => !p.classList.contains('lm-mod-hidden'));
+  return [...panel.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
+      .map(o => o.textContent).filter(t => /missing from font|does not have a glyph/i.test(t))
+      .map(t => t.slice(0, 300));
+}"""
+
+
 def _state(page):
     return page.evaluate(STATE_JS)
+
+
+def check_glyphs(page, name: str) -> int:
+    """Fail if the open notebook shows a character without a glyph; return how many distinct
+    Chinese characters were checked."""
+    warned = page.evaluate(GLYPH_WARNINGS_JS)
+    assert not warned, f"{name}: matplotlib drew text without glyphs:\n" + "\n".join(warned)
+    probe_works, missing, checked = page.evaluate(GLYPHS_JS, "\ue000")
+    assert probe_works, "the glyph check cannot tell a missing glyph from a drawn one"
+    assert not missing, (f"{name}: {len(missing)} of {checked} Chinese characters have no glyph in the browser "
+                         f"(e.g. {''.join(missing[:20])}); install a CJK font (Debian: fonts-wqy-microhei)")
+    return checked
 
 
 def _wait(page, what: str, done, timeout: float, interval: float = 1.0):
@@ -425,6 +472,8 @@ def check_notebook(page, lab: Lab, path: Path, shot: Path | None = None):
     assert not s["errors"], f"{name}: error after moving the slider:\n" + \
         "\n\n".join(s["errors"])[:4000]
     assert not s["widgetErrors"], f"{name}: {s['widgetErrors']}"
+    if "zh" in path.parts:
+        assert check_glyphs(page, name) > 0, f"{name}: a Chinese notebook with no Chinese on the page"
     if shot:
         page.evaluate(SCROLL_JS, moved)
         page.wait_for_timeout(300)
@@ -438,7 +487,9 @@ def check_notebook(page, lab: Lab, path: Path, shot: Path | None = None):
 @pytest.mark.parametrize("path", CHAPTERS + [FIXTURE], ids=_id)
 def test_notebook_in_jupyterlab(path, lab, page, wall_times):
     t0 = time.monotonic()
-    check_notebook(page, lab, path, shot=SHOTS / f"{path.stem}.png")
+    shot = SHOTS / path.relative_to(ROOT / "notebooks").with_suffix(".png") if path != FIXTURE \
+        else SHOTS / f"{path.stem}.png"
+    check_notebook(page, lab, path, shot=shot)
     wall_times.setdefault("browser (JupyterLab, Run All + slider)", {})[_id(path)] = \
         time.monotonic() - t0
 
@@ -473,6 +524,34 @@ def test_checks_catch_a_broken_notebook(kind, lab, page, monkeypatch):
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     assert BAD_MESSAGE[kind] in str(e.value), str(e.value)
+
+
+CHINESE_DEMO = [
+    ("markdown", "# 奶茶店打电话的一夜\n\n拖动滑块，看分店数、报表长度和念报表的速度如何决定整晚的通话时间。"),
+    ("code", 'from milktea import i18n\ni18n.use("zh")\nfrom milktea.widgets.bottleneck import phone_night_view\n'
+             "phone_night_view()"),
+]
+
+
+@pytest.mark.timeout(600)
+def test_chinese_widget_in_jupyterlab(lab, page):
+    """A Chinese page with a library view: labels, readout and figure in Chinese, every
+    glyph drawn; the screenshot is results/screenshots/zh/widget_demo.png."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+    folder = ROOT / "results" / "browser-selfcheck" / "zh"  # under the server root, git-ignored
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "widget_demo.ipynb"
+    make = {"markdown": new_markdown_cell, "code": new_code_cell}
+    nbformat.write(new_notebook(cells=[make[kind](src) for kind, src in CHINESE_DEMO]), path)
+    try:
+        check_notebook(page, lab, path, shot=SHOTS / "zh" / "widget_demo.png")
+        text = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output").first.inner_text()
+        assert "分店数" in text and "所有分店都打给总部" in text, text[:500]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert (SHOTS / "zh" / "widget_demo.png").stat().st_size > 10_000
 
 
 def test_leftover_processes_are_found(tmp_path):

@@ -1,6 +1,8 @@
 """Every course notebook runs top to bottom in a fresh kernel; none is stored with outputs.
 
-The chapters are notebooks/*.ipynb, found at run time; tests/fixtures/widgets_demo.ipynb
+The chapters are notebooks/*.ipynb and the Chinese edition's notebooks/zh/*.ipynb, found at
+run time (the template below is the English edition's; tests/test_zh_parity.py holds the
+Chinese one to the same cells); tests/fixtures/widgets_demo.ipynb
 (a figure and a slider-driven view) runs beside them so the harness itself is always exercised.
 """
 import json
@@ -13,7 +15,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+ENGLISH = sorted((ROOT / "notebooks").glob("*.ipynb"))
+CHINESE = sorted((ROOT / "notebooks" / "zh").glob("*.ipynb"))
+CHAPTERS = ENGLISH + CHINESE
 FIXTURE = ROOT / "tests" / "fixtures" / "widgets_demo.ipynb"
 STORED = sorted(p for folder in ("notebooks", "exercises", "solutions", "tests/fixtures")
                 for p in (ROOT / folder).rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
@@ -107,8 +111,9 @@ def test_notebook_is_stored_clean(path):
             f"{_id(path)}: cell {i} has an execution count; {fix}"
 
 
-def test_chapters_are_named_by_number():
-    names = [p.name for p in CHAPTERS]
+@pytest.mark.parametrize("edition", [ENGLISH, CHINESE], ids=["en", "zh"])
+def test_chapters_are_named_by_number(edition):
+    names = [p.name for p in edition]
     for name in names:
         assert re.fullmatch(r"\d\d_[a-z0-9_]+\.ipynb", name), \
             f"chapter {name!r}: name it notebooks/NN_<slug>.ipynb (lower case, underscores)"
@@ -174,7 +179,7 @@ SKELETON = [
 ]
 
 
-@pytest.mark.parametrize("path", CHAPTERS, ids=_id)
+@pytest.mark.parametrize("path", ENGLISH, ids=_id)
 def test_chapter_follows_the_template(path):
     nb = json.loads(path.read_text(encoding="utf-8"))
     text = lambda kind: "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == kind)
@@ -188,7 +193,7 @@ def test_chapter_follows_the_template(path):
 
 
 def test_template_check_catches_a_missing_part():
-    nb = json.loads(CHAPTERS[1].read_text(encoding="utf-8"))
+    nb = json.loads(ENGLISH[1].read_text(encoding="utf-8"))
     md = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
     code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     assert all(ok(md, code) for _, ok in SKELETON)

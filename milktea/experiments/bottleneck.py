@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from .. import cost
+from ..i18n import N_, _
 from ..tasks import _int
 
 # Parameter counts of well-known models (public figures, rounded).
@@ -123,7 +124,7 @@ def ring_allreduce(arrays: list[np.ndarray]) -> RingRun:
             for i, j, c, data in msgs:     # all sends of a step happen at once
                 chunks[j][c] = chunks[j][c] + data if phase == "reduce-scatter" else data
                 sent[i] += data.size * itemsize
-            log.append([(i, j, c) for i, j, c, _ in msgs])
+            log.append([(i, j, c) for i, j, c, _size in msgs])
     result = [np.concatenate(w).reshape(shape).astype(arrays[0].dtype) for w in chunks]
     return RingRun(result, sent, len(log), log)
 
@@ -227,7 +228,7 @@ def seconds(x: float) -> str:
     """A duration in words a reader can compare: ms, s, min, h or days."""
     if not math.isfinite(x):
         return str(x)
-    for unit, size in (("days", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+    for unit, size in ((N_("days"), 86400), ("h", 3600), ("min", 60), ("s", 1)):
         if x >= size:
-            return f"{x / size:.3g} {unit}"
+            return f"{x / size:.3g} {_(unit)}"
     return f"{x * 1e3:.3g} ms"

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import cost
+from ..i18n import _
 
 # How much a scheme asks of its user: (score 0..4, what it takes)
 COMPLEXITY = {
@@ -85,13 +86,12 @@ class Recorder:
     @property
     def status(self) -> str:
         if not self.series:
-            return "waiting for the workers (starting processes, calibrating the link, timing compute)"
+            return _("waiting for the workers (starting processes, calibrating the link, timing compute)")
         seen = sum(len(s["step"]) for s in self.series.values())
         took = time.perf_counter() - self.started
         if self.done:
-            return f"{len(self.done)} schemes done, {seen} steps in {took:.0f} s"
-        return (f"{seen} of {self.steps or '?'} steps, {len(self.series)} schemes so far, latest: "
-                f"<b>{self.current}</b>; {took:.0f} s since start")
+            return _("{v} schemes done, {seen} steps in {took:.0f} s").format(v=len(self.done), seen=seen, took=took)
+        return (_("{seen} of {v} steps, {v2} schemes so far, latest: <b>{current}</b>; {took:.0f} s since start").format(seen=seen, v=self.steps or '?', v2=len(self.series), current=self.current, took=took))
 
 
 def live_run(names, on_record=None, config=None, *, workers: int = 2, interleave: bool | None = None,
@@ -166,7 +166,7 @@ def stage_times(comparison, scheme: str, compressor=None, repeats: int = 3) -> l
         x = torch.randn(numel, generator=torch.Generator().manual_seed(0))
         compressor.decompress(compressor.compress(x))          # warm-up
         t = {"compress": [], "encode": [], "decode": []}
-        for _ in range(repeats):
+        for _rep in range(repeats):
             t0 = time.perf_counter()
             p = compressor.compress(x)
             t1 = time.perf_counter()

@@ -16,6 +16,7 @@ import torch
 from .. import cost
 from .. import index as index_codec
 from ..checks import check_grad, check_positive_int, check_ratio
+from ..i18n import _
 from ..compressors import TopK
 from ..timing import codec_seconds  # noqa: F401  (re-exported: the chapters call it from here)
 
@@ -71,8 +72,8 @@ def predict_timeline(profile: Profile, bucket_mb: float, link: cost.Link, worker
     if not ratio >= 1:
         raise ValueError(f"ratio (compression ratio R) must be >= 1, got {ratio}")
     bs = buckets(profile, bucket_mb)
-    comm = [cost.comm_time(b / ratio, workers, link, collective) for b, _ in bs]
-    return cost.overlapped_timeline([t for _, t in bs], comm, forward=forward_s)
+    comm = [cost.comm_time(b / ratio, workers, link, collective) for b, _names in bs]
+    return cost.overlapped_timeline([t for _size, t in bs], comm, forward=forward_s)
 
 
 def bucket_sweep(profile: Profile, link: cost.Link, workers: int, forward_s: float = 0.0,
@@ -119,7 +120,7 @@ def predict_from_probe(step: dict, link: cost.Link, workers: int, merge: bool = 
     bucket's backward time, with each bucket's all-reduce priced on `link` (bytes / `ratio`).
     `merge=True` predicts the same model sent as one bucket (no overlap)."""
     t0, t1 = step["forward"]
-    readies = [r for r, _ in step["buckets"]]
+    readies = [r for r, _size in step["buckets"]]
     back = [b - a for a, b in zip([t1] + readies[:-1], readies)]
     sizes = list(step["bytes"])
     if merge:
@@ -157,7 +158,7 @@ def index_costs(x: torch.Tensor, ratios=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3), bl
         k = idx.numel()
         s = index_codec.sizes(idx, n)
         ids, flat = block_topk(x, r, block)
-        _, enc = index_codec.encode(ids, (n + block - 1) // block)
+        _nbytes, enc = index_codec.encode(ids, (n + block - 1) // block)
         row = {"ratio": r, "k": k, **{f"{e} B/entry": s[e] / k for e in index_codec.ENCODINGS},
                f"block{block} B/entry": enc.numel() / flat.numel(),
                "top-k norm kept": float(x[idx].pow(2).sum()) / norm2,
@@ -216,7 +217,7 @@ def breakeven_gbit(scheme: Scheme, params: int, compute_s: float, workers: int,
         return math.inf
     if gain(lo) <= 0:
         return 0.0
-    for _ in range(60):
+    for _step in range(60):
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if gain(mid) > 0 else (lo, mid)
     return math.sqrt(lo * hi)
@@ -341,20 +342,14 @@ def model_error_sentence(comparison, tolerance: float = 0.2) -> str:
     rows = model_errors(comparison)
     good = [r["scheme"] for r in rows if abs(r["model error"]) <= tolerance]
     bad = [r for r in rows if abs(r["model error"]) > tolerance]
-    text = (f"The cost model is within ±{tolerance:.0%} of the measured step for "
-            f"{', '.join(good) if good else 'no scheme'}.")
+    text = (_("The cost model is within ±{tolerance:.0%} of the measured step for {v}.").format(tolerance=tolerance, v=', '.join(good) if good else _('no scheme')))
     for r in bad:
         gap = r["measured ms"] - r["predicted ms"]
         inside = r["collectives, measured ms"] - r["collectives, priced ms"]
-        text += (f" **{r['scheme']}**: predicted {r['predicted ms']:.1f} ms, measured {r['measured ms']:.1f} ms "
-                 f"({r['model error']:+.0%}); its collectives took {r['collectives, measured ms']:.1f} ms against "
-                 f"{r['collectives, priced ms']:.1f} ms priced, so {inside:.1f} of the {gap:.1f} ms gap is "
-                 f"{'inside' if abs(inside) >= abs(gap) / 2 else 'mostly outside'} the collectives.")
+        where = _("inside") if abs(inside) >= abs(gap) / 2 else _("mostly outside")
+        text += (_(" **{v}**: predicted {v2:.1f} ms, measured {v3:.1f} ms ({v4:+.0%}); its collectives took {v5:.1f} ms against {v6:.1f} ms priced, so {inside:.1f} of the {gap:.1f} ms gap is {where} the collectives.").format(v=r['scheme'], v2=r['predicted ms'], v3=r['measured ms'], v4=r['model error'], v5=r['collectives, measured ms'], v6=r['collectives, priced ms'], inside=inside, gap=gap, where=where))
     if bad:
-        text += (" Inside the collectives the model misses waiting for the other rank and each collective's "
-                 "fixed costs beyond the fitted α (PowerSGD issues two all-reduces one after the other, a sparse "
-                 "all-gather first exchanges sizes); outside them, the hook's own work that the codec timer does "
-                 "not cover. Read the predictions as a guide to where time goes, not as a stopwatch.")
+        text += (_(" Inside the collectives the model misses waiting for the other rank and each collective's fixed costs beyond the fitted α (PowerSGD issues two all-reduces one after the other, a sparse all-gather first exchanges sizes); outside them, the hook's own work that the codec timer does not cover. Read the predictions as a guide to where time goes, not as a stopwatch."))
     return text
 
 
@@ -365,13 +360,7 @@ def ab_verdict(comparison) -> str:
     rows = [r for r in comparison.rows if "error" not in r]
     dense = rows[0]
     fastest = max((r for r in rows if "speedup" in r), key=lambda r: r["speedup"])
-    return (f"{comparison.where}, {comparison.workers} workers. Dense takes **{dense['step_ms']:.0f} ms** per step; "
-            f"the fastest scheme here, {fastest['label']}, takes **{fastest['step_ms']:.0f} ms** "
-            f"({fastest['speedup']:.2f}x). The crosses mark the calibrated cost model's prediction from the bytes each "
-            f"scheme really sent plus its measured compute and codec time; the orange part is the time measured "
-            f"inside the collectives, the grey part what none of the measured parts accounts for. Where a compressed "
-            f"scheme is slower than its bytes suggest, look at its codec time: on a CPU, compressing can cost as much "
-            f"as the link saves.")
+    return (_("{where}, {workers} workers. Dense takes **{v:.0f} ms** per step; the fastest scheme here, {v2}, takes **{v3:.0f} ms** ({v4:.2f}x). The crosses mark the calibrated cost model's prediction from the bytes each scheme really sent plus its measured compute and codec time; the orange part is the time measured inside the collectives, the grey part what none of the measured parts accounts for. Where a compressed scheme is slower than its bytes suggest, look at its codec time: on a CPU, compressing can cost as much as the link saves.").format(where=comparison.where, workers=comparison.workers, v=dense['step_ms'], v2=fastest['label'], v3=fastest['step_ms'], v4=fastest['speedup']))
 
 
 def behind_dense(comparison, points: float = 5.0) -> str:
@@ -381,8 +370,7 @@ def behind_dense(comparison, points: float = 5.0) -> str:
     behind = [r["label"] for r in rows[1:] if r.get("accuracy", 1) < dense["accuracy"] - points / 100]
     if not behind:
         return ""
-    return (f"More than {points:g} points behind dense after {comparison.config['steps']} steps: {', '.join(behind)} "
-            "(all runs share dense SGD's learning rate and momentum; biased compressors usually want their own).")
+    return (_("More than {points:g} points behind dense after {v} steps: {v2} (all runs share dense SGD's learning rate and momentum; biased compressors usually want their own).").format(points=points, v=comparison.config['steps'], v2=', '.join(behind)))
 
 
 def crossing_lines(gbits, curves: dict) -> list[str]:
@@ -392,8 +380,8 @@ def crossing_lines(gbits, curves: dict) -> list[str]:
         if label == "gbit":
             continue
         b = crossing(gbits, speedups)
-        where = ("pays on every link tried" if b == math.inf else
-                 "never pays here" if b == 0 else f"stops paying above {b:.2g} Gbit/s")
+        where = (_("pays on every link tried") if b == math.inf else
+                 _("never pays here") if b == 0 else _("stops paying above {b:.2g} Gbit/s").format(b=b))
         out.append(f"{label:<34} {where}")
     return out
 
@@ -403,14 +391,10 @@ def loopback_verdict(fast, slow_dense_ms: float) -> str:
     rows = [r for r in fast.rows if "error" not in r]
     dense = rows[0]
     slower = [r["label"] for r in rows[1:] if r.get("speedup", 1) < 1]
-    text = (f"On loopback a dense step takes {dense['step_ms']:.1f} ms, {dense['comm_ms']:.1f} ms of it inside the "
-            f"all-reduce, against {slow_dense_ms:.0f} ms on the 1 Gbit/s link. {len(slower)} of {len(rows) - 1} "
-            f"compressed schemes are slower than dense here" + (f": {', '.join(slower)}." if slower else "."))
+    text = (_("On loopback a dense step takes {v:.1f} ms, {v2:.1f} ms of it inside the all-reduce, against {slow_dense_ms:.0f} ms on the 1 Gbit/s link. {v3} of {v4} compressed schemes are slower than dense here").format(v=dense['step_ms'], v2=dense['comm_ms'], slow_dense_ms=slow_dense_ms, v3=len(slower), v4=len(rows) - 1) + (f": {', '.join(slower)}." if slower else "."))
     if len(slower) == len(rows) - 1:
-        return text + " When the link is not the bottleneck, the best compressor is none."
-    return text + (" Even loopback is not free on a busy CPU (the bytes are copied through the kernel), so a scheme "
-                   "with a cheap codec can still win a little here; the re-priced curves above show a link that is "
-                   "really fast.")
+        return text + _(" When the link is not the bottleneck, the best compressor is none.")
+    return text + (_(" Even loopback is not free on a busy CPU (the bytes are copied through the kernel), so a scheme with a cheap codec can still win a little here; the re-priced curves above show a link that is really fast."))
 
 
 def protocols_by_workers(params: float, ratio: float, link=None, workers=(2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)):

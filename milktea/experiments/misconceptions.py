@@ -16,6 +16,7 @@ import torch
 
 from .. import cost
 from ..compressors import Cast, Quantize, RandomK, TopK
+from ..i18n import _
 from . import engineering as eng
 from . import quantization as qx
 
@@ -28,7 +29,7 @@ class Verdict:
     busted: bool
 
     def _repr_markdown_(self) -> str:
-        head = "**Busted.**" if self.busted else "**Holds here.**"
+        head = _("**Busted.**") if self.busted else _("**Holds here.**")
         return f"{head} {self.text}"
 
     def __repr__(self) -> str:
@@ -56,16 +57,14 @@ def compression_always_pays(params: int = 25_000_000, workers: int = 8, compute_
     for where, codec in codecs.items():
         s = eng.Scheme("top1%+int8", ratio, "allgather", codec)
         speed[where] = eng.speedup_vs_bandwidth([s], params, compute_s, workers, [slow_gbit, fast_gbit])["top1%+int8"]
-    text = f"{params / 1e6:.0f}M parameters, {workers} workers, {compute_s:g} s of compute. Top-1%+int8 runs at "
-    text += "; ".join(f"{sp[0]:.2f}x the speed of dense on {slow_gbit:g} Gbit/s and {sp[1]:.2f}x on {fast_gbit:g} "
-                      f"Gbit/s with the codec of {where} ({codecs[where] * 1e3:.3g} ms per step)"
+    text = _("{v:.0f}M parameters, {workers} workers, {compute_s:g} s of compute. Top-1%+int8 runs at ").format(v=params / 1e6, workers=workers, compute_s=compute_s)
+    text += "; ".join(_("{v:.2f}x the speed of dense on {slow_gbit:g} Gbit/s and {v2:.2f}x on {fast_gbit:g} Gbit/s with the codec of {where} ({v3:.3g} ms per step)").format(v=sp[0], slow_gbit=slow_gbit, v2=sp[1], fast_gbit=fast_gbit, where=where, v3=codecs[where] * 1e3)
                       for where, sp in speed.items()) + "."
     fast = min(sp[1] for sp in speed.values())
     best_fast = max(sp[1] for sp in speed.values())
     if fast < 1:
-        text += (f" On the fast link it loses with the slower codec, and even with the fastest it gains at most "
-                 f"{best_fast:.2f}x: there is little link time left to save.")
-    return Verdict("Compression always speeds up training",
+        text += (_(" On the fast link it loses with the slower codec, and even with the fastest it gains at most {best_fast:.2f}x: there is little link time left to save.").format(best_fast=best_fast))
+    return Verdict(_("Compression always speeds up training"),
                    {"slow": {k: v[0] for k, v in speed.items()}, "fast": {k: v[1] for k, v in speed.items()},
                     "codec s": codecs}, text, fast < 1)
 
@@ -78,19 +77,15 @@ def topk_without_feedback(steps: int = 100, workers: int = 8, ratio: float = 0.0
     run = dict(workers=workers, steps=steps, lr=0.1, eval_every=steps, progress=False)
     acc = {name: simulate(task, c, error_feedback=ef, **run).final("accuracy")
            for name, c, ef in (("dense", None, False), ("plain", TopK(ratio), False), ("ef", TopK(ratio), True))}
-    text = (f"after {steps} steps: dense {acc['dense']:.1%}, Top-{100 * ratio:g}% without the ledger "
-            f"{acc['plain']:.1%}, with it {acc['ef']:.1%}.")
-    return Verdict("Top-K without error feedback is fine", acc, text, acc["plain"] < acc["ef"] - 0.05)
+    text = (_("after {steps} steps: dense {v:.1%}, Top-{v2:g}% without the ledger {v3:.1%}, with it {v4:.1%}.").format(steps=steps, v=acc['dense'], v2=100 * ratio, v3=acc['plain'], v4=acc['ef']))
+    return Verdict(_("Top-K without error feedback is fine"), acc, text, acc["plain"] < acc["ef"] - 0.05)
 
 
 def one_byte_index(ratio: float = 0.001) -> Verdict:
     """Gaps between Top-K positions of a real gradient, against what one byte can hold."""
     e = eng.escapes(_gradient(2048), ratio)
-    text = (f"one byte holds 0..255, but the tensor has {e['numel']:,} positions; between the {e['k']} kept "
-            f"entries the largest gap is {e['largest gap']:,}. Gaps in 1-byte deltas need {e['escape bytes']} "
-            f"escape bytes: {e['delta8 bytes']} bytes for {e['k']} indices, "
-            f"{e['delta8 bytes'] / e['k']:.1f} per index, more than int32's 4.")
-    return Verdict("A 1-byte index can address any position", e, text, e["largest gap"] > 255)
+    text = (_("one byte holds 0..255, but the tensor has {v:,} positions; between the {v2} kept entries the largest gap is {v3:,}. Gaps in 1-byte deltas need {v4} escape bytes: {v5} bytes for {v2} indices, {v6:.1f} per index, more than int32's 4.").format(v=e['numel'], v2=e['k'], v3=e['largest gap'], v4=e['escape bytes'], v5=e['delta8 bytes'], v6=e['delta8 bytes'] / e['k']))
+    return Verdict(_("A 1-byte index can address any position"), e, text, e["largest gap"] > 255)
 
 
 def int4_halves_time(params: int = 25_000_000, workers: int = 8, gbit: float = 10.0, compute_s: float = 0.1,
@@ -105,15 +100,12 @@ def int4_halves_time(params: int = 25_000_000, workers: int = 8, gbit: float = 1
         rows[b] = {"bytes ratio": s.ratio, "step s": s.step_time(params, compute_s, workers, cost.Link.gbit(gbit))}
     byte_gain = rows[4]["bytes ratio"] / rows[8]["bytes ratio"]
     time_gain = rows[8]["step s"] / rows[4]["step s"]
-    setting = f"{params / 1e6:.0f}M parameters, {workers} workers, {gbit:g} Gbit/s, {compute_s:g} s compute"
+    setting = _("{v:.0f}M parameters, {workers} workers, {gbit:g} Gbit/s, {compute_s:g} s compute").format(v=params / 1e6, workers=workers, gbit=gbit, compute_s=compute_s)
     if time_gain >= 1:
-        text = (f"int4 packets are {byte_gain:.2f}x smaller than int8, but a step ({setting}) is only "
-                f"{time_gain:.2f}x faster: compute and codec time do not shrink with the bits.")
+        text = (_("int4 packets are {byte_gain:.2f}x smaller than int8, but a step ({setting}) is only {time_gain:.2f}x faster: compute and codec time do not shrink with the bits.").format(byte_gain=byte_gain, setting=setting, time_gain=time_gain))
     else:
-        text = (f"int4 packets are {byte_gain:.2f}x smaller than int8, yet a step ({setting}) takes "
-                f"{rows[4]['step s']:.3g} s against {rows[8]['step s']:.3g} s: on this machine the 4-bit codec "
-                f"costs more than the bytes it saves.")
-    return Verdict("INT4 halves the time of INT8 end to end", {"bytes": byte_gain, "time": time_gain},
+        text = (_("int4 packets are {byte_gain:.2f}x smaller than int8, yet a step ({setting}) takes {v:.3g} s against {v2:.3g} s: on this machine the 4-bit codec costs more than the bytes it saves.").format(byte_gain=byte_gain, setting=setting, v=rows[4]['step s'], v2=rows[8]['step s']))
+    return Verdict(_("INT4 halves the time of INT8 end to end"), {"bytes": byte_gain, "time": time_gain},
                    text, time_gain < 1.9)
 
 
@@ -126,13 +118,11 @@ def fp16_always_faster(params: int = 1_000_000, workers: int = 8, gbit: float = 
     gain = eng.speedup_vs_bandwidth([s], params, compute_s, workers, [gbit])["fp16"][0]
     try:
         Cast(torch.float16).compress(x * 1e5)
-        overflow = "no overflow"
+        overflow = _("no overflow")
     except ValueError:
-        overflow = "a gradient entry above 65504 cannot be sent in fp16 at all (bf16 can)"
-    text = (f"{params / 1e6:g}M parameters on {gbit:g} Gbit/s with {workers} workers: casting to fp16 and back "
-            f"costs {1e3 * codec:.2f} ms here, so an fp16 step runs at {gain:.2f}x the speed of dense; "
-            f"and {overflow}.")
-    return Verdict("fp16 all-reduce is always faster", {"speedup": gain, "cast s": codec}, text, gain < 1)
+        overflow = _("a gradient entry above 65504 cannot be sent in fp16 at all (bf16 can)")
+    text = (_("{v:g}M parameters on {gbit:g} Gbit/s with {workers} workers: casting to fp16 and back costs {v2:.2f} ms here, so an fp16 step runs at {gain:.2f}x the speed of dense; and {overflow}.").format(v=params / 1e6, gbit=gbit, workers=workers, v2=1e3 * codec, gain=gain, overflow=overflow))
+    return Verdict(_("fp16 all-reduce is always faster"), {"speedup": gain, "cast s": codec}, text, gain < 1)
 
 
 def ratio_is_speedup(workers: int = 64, ratio: float = 0.01, gbit: float = 10.0, params: int = 25_000_000) -> Verdict:
@@ -143,10 +133,8 @@ def ratio_is_speedup(workers: int = 64, ratio: float = 0.01, gbit: float = 10.0,
     link = cost.Link.gbit(gbit)
     dense = cost.ring_allreduce_time(M, workers, link)
     sparse = cost.allgather_time(M / R, workers, link)
-    text = (f"Top-{100 * ratio:g}% packets are {R:.0f}x smaller, but with {workers} workers they must be "
-            f"all-gathered: communication drops from {dense:.3f} s to {sparse:.3f} s, only "
-            f"{dense / sparse:.1f}x.")
-    return Verdict("A compression ratio of R makes communication R times faster",
+    text = (_("Top-{v:g}% packets are {R:.0f}x smaller, but with {workers} workers they must be all-gathered: communication drops from {dense:.3f} s to {sparse:.3f} s, only {v2:.1f}x.").format(v=100 * ratio, R=R, workers=workers, dense=dense, sparse=sparse, v2=dense / sparse))
+    return Verdict(_("A compression ratio of R makes communication R times faster"),
                    {"R": R, "comm speedup": dense / sparse}, text, dense / sparse < R / 2)
 
 
@@ -154,9 +142,8 @@ def stochastic_more_accurate() -> Verdict:
     """Error of one stochastically rounded copy vs one rounded to nearest (2 bits)."""
     b = qx.rounding_bias(_gradient(), bits=2, draws=16)
     e = b.per_draw_error
-    text = (f"one 2-bit copy of a real gradient: relative error {e['stochastic']:.2f} with stochastic rounding, "
-            f"{e['nearest']:.2f} rounding to nearest. Stochastic rounding buys unbiasedness, not accuracy.")
-    return Verdict("Stochastic rounding is more accurate than rounding to nearest", e, text,
+    text = (_("one 2-bit copy of a real gradient: relative error {v:.2f} with stochastic rounding, {v2:.2f} rounding to nearest. Stochastic rounding buys unbiasedness, not accuracy.").format(v=e['stochastic'], v2=e['nearest']))
+    return Verdict(_("Stochastic rounding is more accurate than rounding to nearest"), e, text,
                    e["stochastic"] > e["nearest"])
 
 
@@ -168,9 +155,8 @@ def feedback_is_free(params: float = 7e9) -> Verdict:
     ef.compress(g)
     per_param = ef.residual.element_size() * ef.residual.numel() / g.numel()
     extra = per_param * params / 1e9
-    text = (f"the ledger holds {per_param:.0f} bytes per parameter (measured on a real ErrorFeedback): for a "
-            f"{params / 1e9:g}B-parameter model that is {extra:.0f} GB more memory on every worker.")
-    return Verdict("Error feedback is free", {"bytes per param": per_param, "GB": extra}, text, extra > 0)
+    text = (_("the ledger holds {per_param:.0f} bytes per parameter (measured on a real ErrorFeedback): for a {v:g}B-parameter model that is {extra:.0f} GB more memory on every worker.").format(per_param=per_param, v=params / 1e9, extra=extra))
+    return Verdict(_("Error feedback is free"), {"bytes per param": per_param, "GB": extra}, text, extra > 0)
 
 
 def bigger_buckets_better(params: int = 25_000_000, workers: int = 64, gbit: float = 25.0) -> Verdict:
@@ -179,19 +165,16 @@ def bigger_buckets_better(params: int = 25_000_000, workers: int = 64, gbit: flo
     rows = eng.bucket_sweep(prof, cost.Link.gbit(gbit), workers, 0.05, sizes_mb=(4, 16, 25, 100))
     best = min(rows, key=lambda r: r["step s"])
     one = rows[-1]
-    text = (f"{params / 1e6:.0f}M parameters, {workers} workers, {gbit:g} Gbit/s: {best['bucket MB']:g} MB "
-            f"buckets give {1e3 * best['step s']:.0f} ms per step, one {one['bucket MB']:g} MB bucket "
-            f"{1e3 * one['step s']:.0f} ms: one bucket cannot start until backward ends.")
-    return Verdict("Bigger buckets always give better overlap", {"best": best, "one": one}, text,
+    text = (_("{v:.0f}M parameters, {workers} workers, {gbit:g} Gbit/s: {v2:g} MB buckets give {v3:.0f} ms per step, one {v4:g} MB bucket {v5:.0f} ms: one bucket cannot start until backward ends.").format(v=params / 1e6, workers=workers, gbit=gbit, v2=best['bucket MB'], v3=1e3 * best['step s'], v4=one['bucket MB'], v5=1e3 * one['step s']))
+    return Verdict(_("Bigger buckets always give better overlap"), {"best": best, "one": one}, text,
                    one["step s"] > best["step s"])
 
 
 def one_scale_enough() -> Verdict:
     """int4 with one outlier: one scale per tensor vs per 1024 entries."""
     rows = qx.chunk_sweep(qx.with_outlier(_gradient(), 100.0), bits=4, chunks=(None, 1024), skip=0)
-    text = (f"one entry 100x the rest: with one int4 scale for the tensor {rows[0]['zeroed']:.0%} of the other "
-            f"entries arrive as 0; with one scale per 1024 entries {rows[1]['zeroed']:.0%}.")
-    return Verdict("One scale per tensor is enough", rows, text, rows[0]["zeroed"] > rows[1]["zeroed"])
+    text = (_("one entry 100x the rest: with one int4 scale for the tensor {v:.0%} of the other entries arrive as 0; with one scale per 1024 entries {v2:.0%}.").format(v=rows[0]['zeroed'], v2=rows[1]['zeroed']))
+    return Verdict(_("One scale per tensor is enough"), rows, text, rows[0]["zeroed"] > rows[1]["zeroed"])
 
 
 def more_workers_less_comm(params: int = 25_000_000, gbit: float = 10.0, global_compute_s: float = 6.4) -> Verdict:
@@ -202,10 +185,8 @@ def more_workers_less_comm(params: int = 25_000_000, gbit: float = 10.0, global_
     for n in (8, 64):
         comm = cost.ring_allreduce_time(M, n, link)
         shares[n] = comm / (global_compute_s / n + comm)
-    text = (f"same global batch ({global_compute_s:g} s of compute in all), {params / 1e6:.0f}M parameters, "
-            f"{gbit:g} Gbit/s: communication is {shares[8]:.0%} of a step with 8 workers and {shares[64]:.0%} "
-            f"with 64. Each worker still sends about 2x the model; its share of the work shrinks.")
-    return Verdict("More workers make compression matter less", shares, text, shares[64] > shares[8])
+    text = (_("same global batch ({global_compute_s:g} s of compute in all), {v:.0f}M parameters, {gbit:g} Gbit/s: communication is {v2:.0%} of a step with 8 workers and {v3:.0%} with 64. Each worker still sends about 2x the model; its share of the work shrinks.").format(global_compute_s=global_compute_s, v=params / 1e6, gbit=gbit, v2=shares[8], v3=shares[64]))
+    return Verdict(_("More workers make compression matter less"), shares, text, shares[64] > shares[8])
 
 
 def randomk_as_good() -> Verdict:
@@ -215,9 +196,8 @@ def randomk_as_good() -> Verdict:
     for name, c in (("top-k", TopK(0.01)), ("random-k", RandomK(0.01))):
         y = c.decompress(c.compress(g))
         share[name] = float(y.pow(2).sum() / g.pow(2).sum())
-    text = (f"the same 1% of entries: Top-K keeps {share['top-k']:.0%} of the gradient's squared norm, "
-            f"Random-K {share['random-k']:.1%}.")
-    return Verdict("Random-K is as good as Top-K for the same bytes", share, text,
+    text = (_("the same {kept:.0%} of entries: Top-K keeps {v:.0%} of the gradient's squared norm, Random-K {v2:.1%}.").format(kept=0.01, v=share['top-k'], v2=share['random-k']))
+    return Verdict(_("Random-K is as good as Top-K for the same bytes"), share, text,
                    share["top-k"] > 2 * share["random-k"])
 
 
@@ -227,9 +207,8 @@ def zip_is_enough() -> Verdict:
     raw = g.numpy().tobytes()
     ratio = len(raw) / len(zlib.compress(raw, 9))
     top = TopK(0.01).compress(g).ratio
-    text = (f"zlib at level 9 shrinks a real fp32 gradient {ratio:.2f}x (random low mantissa bits do not "
-            f"compress); Top-1% gives {top:.0f}x.")
-    return Verdict("Lossless compression (zip) is enough", {"zlib": ratio, "topk": top}, text, ratio < 2)
+    text = (_("zlib at level 9 shrinks a real fp32 gradient {ratio:.2f}x (random low mantissa bits do not compress); Top-{kept:.0%} gives {top:.0f}x.").format(ratio=ratio, kept=0.01, top=top))
+    return Verdict(_("Lossless compression (zip) is enough"), {"zlib": ratio, "topk": top}, text, ratio < 2)
 
 
 ALL = (compression_always_pays, topk_without_feedback, one_byte_index, int4_halves_time, fp16_always_faster,

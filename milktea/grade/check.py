@@ -13,8 +13,10 @@ import os
 import secrets
 import sys
 
+from .. import i18n
+from ..i18n import _
 from .evaluate import WORDS, NotebookResult, grade_notebook
-from .notebook import NotebookError, chapter_of, read_notebook
+from .notebook import NotebookError, chapter_of, notebook_language, read_notebook
 from .prepare import SetupError, prepare
 from .public import CHAPTERS
 from .sandbox import Limits
@@ -40,27 +42,29 @@ def format_result(res: NotebookResult, hidden: bool = False, width: int = 60) ->
     shared = len({tuple(t.lines) for t in res.tasks}) == 1 and res.tasks and res.tasks[0].lines \
         and res.tasks[0].kind in ("malformed", "not_submitted", "missing")
     for t in res.tasks:
-        head = f"{t.id} {t.title} "
+        head = f"{t.id} {_(t.title)} "
         score = f"{t.score:g}/{t.points:g}"
-        status = "" if not t.kind else f"  {WORDS.get(t.kind, t.kind)}"
+        word = WORDS.get(t.kind, t.kind)
+        status = "" if not t.kind else f"  {_(word)}"
         lines.append(f"  {head}{'.' * max(2, width - len(head))} {score:>7}{status}")
         for msg in ([] if shared else t.lines):
             lines += ["       " + m for m in msg.split("\n")]
     if shared:
         lines += ["  " + m for m in res.tasks[0].lines]
-    lines += [f"  note: {n}" for n in res.notes]
+    lines += ["  " + _("note: {note}").format(note=n) for n in res.notes]
     if res.output.strip() and any(t.kind in ("crash", "timeout", "memory") for t in res.tasks):
         tail = res.output.strip().splitlines()[-6:]
-        lines += ["  last lines your code printed:"] + ["    | " + x[:200] for x in tail]
+        lines += ["  " + _("last lines your code printed:")] + ["    | " + x[:200] for x in tail]
     return "\n".join(lines)
 
 
 def summary_line(res: NotebookResult) -> str:
     ok = sum(t.public_ok for t in res.tasks)
     if ok == len(res.tasks):
-        return (f"Public tests passed: {res.score:g}/{res.points:g}. "
-                "The final grade also uses hidden tests.")
-    return f"Score on the public tests: {res.score:g}/{res.points:g}. Public tests passed for {ok} of {len(res.tasks)} tasks."
+        return _("Public tests passed: {score:g}/{points:g}. The final grade also uses hidden tests.").format(
+            score=res.score, points=res.points)
+    return _("Score on the public tests: {score:g}/{points:g}. Public tests passed for {ok} of {n} tasks.").format(
+        score=res.score, points=res.points, ok=ok, n=len(res.tasks))
 
 
 def check_notebook(notebook: str, solutions: str | None = None, seed: int | None = None, limits: Limits = Limits(),
@@ -77,12 +81,13 @@ def check_notebook(notebook: str, solutions: str | None = None, seed: int | None
     solutions = solutions or find_solutions(notebook, chapter)
     prepared = prepare(chapter, solutions, None, seed)
     deny = [] if os.path.samefile(os.path.dirname(os.path.abspath(notebook)), solutions) else [solutions]
-    res = grade_notebook(notebook, prepared, limits, deny)
-    if not quiet:
-        print(f"Checking {os.path.basename(notebook)} on the public tests (seed {seed}; "
-              f"--seed {seed} repeats these cases)\n")
-        print(format_result(res))
-        print("\n" + summary_line(res))
+    with i18n.speaking(notebook_language(notebook, nb)):  # the feedback is written while grading
+        res = grade_notebook(notebook, prepared, limits, deny)
+        if not quiet:
+            print(_("Checking {name} on the public tests (seed {seed}; --seed {seed} repeats these cases)").format(
+                name=os.path.basename(notebook), seed=seed) + "\n")
+            print(format_result(res))
+            print("\n" + summary_line(res))
     return res
 
 

@@ -33,7 +33,9 @@ from concurrent.futures import ThreadPoolExecutor
 from . import isolation
 from .check import format_result
 from .evaluate import WORDS, failed_all, grade_notebook
-from .notebook import atomic_write
+from .. import i18n
+from ..i18n import _
+from .notebook import atomic_write, notebook_language
 from .prepare import SetupError, fingerprint, prepare
 from .public import CHAPTERS
 from .sandbox import Limits
@@ -154,6 +156,10 @@ def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden
 
     def work(item):
         name, st, key = item
+        with i18n.speaking(_language(st)):  # this thread only: the learner's language, while grading
+            return name, key, _grade_student(st)
+
+    def _grade_student(st):
         results = []
         for ch in chapters:
             sub = st.files.get(ch)
@@ -163,14 +169,15 @@ def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden
                 results.append(failed_all(prepared[ch], sub.shown, "malformed", sub.error))
             elif None in st.files:
                 unknown = st.files[None]
-                results.append(failed_all(prepared[ch], unknown.shown, "malformed", unknown.error or (
-                    f"{unknown.shown}: can't tell which exercise this is (no exercise metadata); "
-                    "the instructor can pass --chapter")))
+                results.append(failed_all(prepared[ch], unknown.shown, "malformed", unknown.error or _(
+                    "{name}: can't tell which exercise this is (no exercise metadata); "
+                    "the instructor can pass --chapter").format(name=unknown.shown)))
             else:
-                results.append(failed_all(prepared[ch], "", "not_submitted", f"{ch}.ipynb was not submitted"))
+                results.append(failed_all(prepared[ch], "", "not_submitted",
+                                          _("{name} was not submitted").format(name=f"{ch}.ipynb")))
         if results:
             results[0].notes[:0] = st.notes
-        return name, key, results
+        return results
 
     start, bar = time.monotonic(), _bar(len(todo), progress)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -184,7 +191,8 @@ def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden
                 rec["extra_data"]["mac"] = _mac(secret, rec)
                 records[name] = rec
                 atomic_write(os.path.join(out, "results", safe_name(name) + ".json"), json.dumps(rec, indent=1) + "\n")
-                atomic_write(os.path.join(out, "feedback", safe_name(name) + ".txt"), _feedback(name, outcome[2]))
+                atomic_write(os.path.join(out, "feedback", safe_name(name) + ".txt"),
+                             _feedback(name, outcome[2], _language(_st)))
             _write_csv(os.path.join(out, "grades.csv"), found, records, prepared)
             bar.update(1)
     bar.close()
@@ -243,13 +251,24 @@ def _error_record(student, prepared, message) -> dict:
         "error": message}}
 
 
-def _feedback(student: str, results: list) -> str:
-    parts = [f"Feedback for {student}", ""]
-    for res in results:
-        name = os.path.basename(res.path) or f"{res.chapter}.ipynb"
-        parts += [f"{name}: {res.score:g} / {res.points:g}", format_result(res), ""]
-    total = sum(r.score for r in results)
-    parts.append(f"Total: {total:g} / {sum(r.points for r in results):g} (public and hidden tests)")
+def _language(st) -> str:
+    """The feedback's language: that of the student's first readable notebook (its metadata,
+    written by make_exercises into exercises/zh/), English when none says otherwise."""
+    for sub in st.files.values():
+        if sub is not None and sub.nb is not None:
+            return notebook_language(sub.shown, sub.nb, by_folder=False)  # a folder is a student here
+    return "en"
+
+
+def _feedback(student: str, results: list, lang: str = "en") -> str:
+    with i18n.speaking(lang):
+        parts = [_("Feedback for {student}").format(student=student), ""]
+        for res in results:
+            name = os.path.basename(res.path) or f"{res.chapter}.ipynb"
+            parts += [f"{name}: {res.score:g} / {res.points:g}", format_result(res), ""]
+        total = sum(r.score for r in results)
+        parts.append(_("Total: {total:g} / {points:g} (public and hidden tests)").format(
+            total=total, points=sum(r.points for r in results)))
     return "\n".join(parts) + "\n"
 
 

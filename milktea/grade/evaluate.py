@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ..i18n import N_, _
 from . import sandbox
 from .notebook import NotebookError, graded_cells, read_notebook
 from .prepare import Chapter
@@ -15,22 +16,23 @@ from .spec import call_text, show
 
 SHOWN = 3   # public failures described in full per task
 
+# shown through milktea.i18n._ where the feedback is written (N_ marks them for the catalog)
 WORDS = {
-    "wrong": "wrong answer",
-    "exception": "raised an error",
-    "not_implemented": "not implemented yet",
-    "missing": "function not found",
-    "syntax": "syntax error",
-    "timeout": "too slow / endless loop",
-    "crash": "the process died",
-    "exit": "called exit()",
-    "memory": "out of memory",
-    "blocked": "did something not allowed",
-    "bad_output": "returned an ungradable value",
-    "protocol": "wrote to the grader's channel",
-    "budget": "submission time budget used up",
-    "malformed": "notebook unreadable",
-    "not_submitted": "notebook not submitted",
+    "wrong": N_("wrong answer"),
+    "exception": N_("raised an error"),
+    "not_implemented": N_("not implemented yet"),
+    "missing": N_("function not found"),
+    "syntax": N_("syntax error"),
+    "timeout": N_("too slow / endless loop"),
+    "crash": N_("the process died"),
+    "exit": N_("called exit()"),
+    "memory": N_("out of memory"),
+    "blocked": N_("did something not allowed"),
+    "bad_output": N_("returned an ungradable value"),
+    "protocol": N_("wrote to the grader's channel"),
+    "budget": N_("submission time budget used up"),
+    "malformed": N_("notebook unreadable"),
+    "not_submitted": N_("notebook not submitted"),
 }
 
 
@@ -127,19 +129,16 @@ def _task_result(p, run, cell_key, labels, limits) -> TaskResult:
     if t.id in run.missing or cell_key is None:
         if cell_key is None:
             r.kind = "missing"
-            r.lines.append(f"no cell tagged 'task:{t.id}' and no function named {t.function}: keep the name "
-                           f"and the tags (graded, task:{t.id}) of its cell")
+            r.lines.append(_("no cell tagged 'task:{id}' and no function named {function}: keep the name and the tags (graded, task:{id}) of its cell").format(id=t.id, function=t.function))
         elif cell_err:
             r.kind = cell_err["kind"]
-            r.lines.append(f"{labels[cell_key]} could not run, so {t.function} was never defined: "
-                           f"{_error_text(cell_err, limits)}")
+            r.lines.append(_("{v} could not run, so {function} was never defined: {v2}").format(v=labels[cell_key], function=t.function, v2=_error_text(cell_err, limits)))
         else:
             r.kind = "missing"
-            r.lines.append(f"{labels[cell_key]} defines no function named {t.function}: was it renamed? "
-                           f"The grader calls {t.function}({', '.join(t.params)}).")
+            r.lines.append(_("{v} defines no function named {function}: was it renamed? The grader calls {function}({v2}).").format(v=labels[cell_key], function=t.function, v2=', '.join(t.params)))
         return r
     if cell_err:
-        r.lines.append(f"note: {labels[cell_key]} raised an error when run: {_error_text(cell_err, limits)}")
+        r.lines.append(_("note: {v} raised an error when run: {v2}").format(v=labels[cell_key], v2=_error_text(cell_err, limits)))
     outcomes = run.outcomes.get(t.id, [])
     hidden_failed, shown, more, repeats, skipped, seen = 0, 0, 0, 0, 0, set()
     for i, case in enumerate(p.cases):
@@ -157,7 +156,7 @@ def _task_result(p, run, cell_key, labels, limits) -> TaskResult:
             skipped += 1
         elif kind == "not_implemented":
             if not seen:
-                r.lines.append(f"replace the `raise NotImplementedError` line in {labels[cell_key]} with your code")
+                r.lines.append(_("replace the `raise NotImplementedError` line in {v} with your code").format(v=labels[cell_key]))
             seen.add(kind)
         elif not o.ok and (o.kind, o.message) in seen:
             repeats += 1
@@ -168,13 +167,16 @@ def _task_result(p, run, cell_key, labels, limits) -> TaskResult:
         else:
             more += 1
     if repeats:
-        r.lines.append(f"(the same error on {repeats} more public case{'s' if repeats > 1 else ''})")
+        r.lines.append((_("(the same error on {n} more public cases)") if repeats > 1 else
+                        _("(the same error on {n} more public case)")).format(n=repeats))
     if more:
-        r.lines.append(f"... and {more} more public case{'s' if more > 1 else ''} failed")
+        r.lines.append((_("... and {n} more public cases failed") if more > 1 else
+                        _("... and {n} more public case failed")).format(n=more))
     if skipped:
-        r.lines.append(f"{skipped} more public case{'s were' if skipped > 1 else ' was'} not run after that")
+        r.lines.append((_("{n} more public cases were not run after that") if skipped > 1 else
+                        _("{n} more public case was not run after that")).format(n=skipped))
     if hidden_failed and r.kind != "not_implemented":
-        r.lines.append(f"{hidden_failed} of {len(p.cases) - p.public} hidden checks failed")
+        r.lines.append(_("{hidden_failed} of {v} hidden checks failed").format(hidden_failed=hidden_failed, v=len(p.cases) - p.public))
     r.score = round(t.points * r.passed / r.total, 2) if r.total else 0.0
     return r
 
@@ -183,31 +185,32 @@ def _compare(t, expected, got, args):
     try:
         return t.compare(expected, got, args)
     except Exception as e:   # a shape of answer the comparator did not foresee
-        return f"returned {show(got)}, which could not be compared with the answer ({type(e).__name__})"
+        return _("returned {v}, which could not be compared with the answer ({error})").format(v=show(got), error=type(e).__name__)
 
 
 def _case_text(t, case, problem, o, limits) -> str:
     call = call_text(t.function, t.params, case)
-    head = f"case '{case.label}': {call}"
-    at = f"\n    at {o.where}" if o.where else ""
+    head = _("case '{label}': {call}").format(label=case.label, call=call)
+    at = _("\n    at {where}").format(where=o.where) if o.where else ""
     if o.ok:
         return f"{head}\n    {problem}"
     if o.kind == "timeout":
-        return f"{head}\n    did not finish within {limits.task_seconds:g} s (an endless loop, or far too slow?)"
+        return _("{head}\n    did not finish within {task_seconds:g} s (an endless loop, or far too slow?)").format(head=head, task_seconds=limits.task_seconds)
     if o.kind == "memory":
-        return f"{head}\n    ran out of memory (the limit is {limits.memory_mb} MB){at}"
+        return _("{head}\n    ran out of memory (the limit is {memory_mb} MB){at}").format(head=head, memory_mb=limits.memory_mb, at=at)
     if o.kind == "exit":
-        return f"{head}\n    called exit()/sys.exit() ({o.message}): return a value instead{at}"
+        return _("{head}\n    called exit()/sys.exit() ({message}): return a value instead{at}").format(head=head, message=o.message, at=at)
     if o.kind == "blocked":
-        return f"{head}\n    was refused: {o.message.split(': ', 1)[-1]}{at}"
+        return _("{head}\n    was refused: {v}{at}").format(head=head, v=o.message.split(': ', 1)[-1], at=at)
     if o.kind == "crash":
-        return f"{head}\n    the Python process running your code {o.message}"
+        return _("{head}\n    the Python process running your code {message}").format(head=head, message=o.message)
     if o.kind == "bad_output":
-        return f"{head}\n    returned a value the grader can't read: {o.message}"
+        return _("{head}\n    returned a value the grader can't read: {message}").format(head=head, message=o.message)
     if o.kind == "skipped":
         return f"{head}\n    {o.message}"
     if o.kind == "protocol":
-        return f"{head}\n    {o.message}: graded code must return its answer, not write to the grader"
+        return _("{head}\n    {message}: graded code must return its answer, not write to the grader").format(head=head, message=o.message)
     if o.kind == "budget":
-        return f"{head}\n    not run: {o.message}"
-    return f"{head}\n    raised {o.message}{at}"
+        return _("{head}\n    not run: {message}").format(head=head, message=o.message)
+    return _("{head}\n    raised {message}{at}").format(head=head, message=o.message, at=at)
+

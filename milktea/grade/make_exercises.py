@@ -2,10 +2,12 @@
 
 solutions/*.ipynb are the source. In each code cell, the lines between
 `### BEGIN SOLUTION` and `### END SOLUTION` become `raise NotImplementedError(...)` at the
-same indentation; outputs are dropped. Run from the repository root:
+same indentation; outputs are dropped. The Chinese edition's solutions, solutions/zh/,
+become exercises/zh/ the same way, marked `"milktea": {"lang": "zh"}` in their metadata so
+that the checker and the class grader answer in Chinese. Run from the repository root:
 
-    python -m milktea.grade.make_exercises           # write exercises/
-    python -m milktea.grade.make_exercises --check   # exit 1 if exercises/ is out of date
+    python -m milktea.grade.make_exercises           # write exercises/ and exercises/zh/
+    python -m milktea.grade.make_exercises --check   # exit 1 if either is out of date
 """
 from __future__ import annotations
 
@@ -44,14 +46,23 @@ def strip_solution(source: str) -> str:
     return text if source.endswith("\n") else text.rstrip("\n")
 
 
-def exercise_from(solution: dict) -> dict:
+def exercise_from(solution: dict, lang: str = "en") -> dict:
+    """The student notebook of `solution`; `lang` other than "en" is written into its metadata."""
     nb = copy.deepcopy(solution)
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
             cell["source"] = strip_solution(cell["source"])
             cell["outputs"], cell["execution_count"] = [], None
-    nb.setdefault("metadata", {}).setdefault("milktea", {})["role"] = "exercise"
+    meta = nb.setdefault("metadata", {}).setdefault("milktea", {})
+    meta["role"] = "exercise"
+    if lang != "en":
+        meta["lang"] = lang
     return nb
+
+
+# (solutions folder, exercises folder, language): the English edition and its translations
+def editions(solutions: str, exercises: str) -> list[tuple[str, str, str]]:
+    return [(solutions, exercises, "en"), (os.path.join(solutions, "zh"), os.path.join(exercises, "zh"), "zh")]
 
 
 def main(argv=None) -> int:
@@ -60,15 +71,15 @@ def main(argv=None) -> int:
     ap.add_argument("--exercises", default="exercises")
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 when exercises/ is out of date")
     args = ap.parse_args(argv)
-    paths = sorted(glob.glob(os.path.join(args.solutions, "*.ipynb")))
-    if not paths:
+    jobs = [(path, os.path.join(out, os.path.basename(path)), lang) for src, out, lang in
+            editions(args.solutions, args.exercises) for path in sorted(glob.glob(os.path.join(src, "*.ipynb")))]
+    if not any(lang == "en" for _, _, lang in jobs):
         print(f"no notebooks in {args.solutions}/ (run from the repository root)", file=sys.stderr)
         return 2
     stale = []
-    for path in paths:
-        target = os.path.join(args.exercises, os.path.basename(path))
+    for path, target, lang in jobs:
         try:
-            text = notebook_text(exercise_from(read_notebook(path)))
+            text = notebook_text(exercise_from(read_notebook(path), lang))
         except ValueError as e:
             print(f"{path}: {e}", file=sys.stderr)
             return 2
@@ -80,12 +91,12 @@ def main(argv=None) -> int:
             continue
         stale.append(target)
         if not args.check:
-            os.makedirs(args.exercises, exist_ok=True)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
             atomic_write(target, text)
     if args.check and stale:
         print("out of date (run python -m milktea.grade.make_exercises): " + ", ".join(stale), file=sys.stderr)
         return 1
-    print(f"{len(paths)} exercise notebooks {'checked' if args.check else 'written'}"
+    print(f"{len(jobs)} exercise notebooks {'checked' if args.check else 'written'}"
           + (f", {len(stale)} changed" if stale else ", all up to date"))
     return 0
 

@@ -107,6 +107,22 @@ def cell_tasks(cell: dict) -> list:
     return [t[5:] for t in tags(cell) if t.startswith("task:")]
 
 
+def notebook_language(path: str, nb: dict | None, by_folder: bool = True) -> str:
+    """The language of an exercise notebook, for the feedback on it: its metadata
+    (`"milktea": {"lang": "zh"}`, which make_exercises writes into exercises/zh/), else "zh"
+    for a notebook in a folder named zh/ (when `by_folder`), else "en".
+
+    >>> notebook_language("exercises/zh/03_topk.ipynb", None), notebook_language("03_topk.ipynb", None)
+    ('zh', 'en')
+    """
+    meta = (nb or {}).get("metadata", {}).get("milktea", {})
+    lang = meta.get("lang") if isinstance(meta, dict) else None
+    if lang in ("en", "zh"):  # anything else in a (student-edited) file is ignored
+        return lang
+    in_zh = by_folder and os.path.basename(os.path.dirname(os.path.abspath(path))) == "zh"
+    return "zh" if in_zh else "en"
+
+
 def chapter_of(path: str, nb: dict | None, known) -> str | None:
     """Which exercise a notebook is: its metadata first, then a 2-digit file-name prefix."""
     meta = (nb or {}).get("metadata", {}).get("milktea", {})

@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..i18n import _
+
 
 @dataclass
 class Case:
@@ -93,11 +95,11 @@ def number(rtol: float = 1e-9, atol: float = 1e-12):
         if isinstance(got, np.ndarray) and got.size == 1 and got.dtype.kind in "iuf":
             got = got.item()
         if not _is_number(got):
-            return f"expected a number, got {show(got)}"
+            return _("expected a number, got {v}").format(v=show(got))
         e, g = float(expected), float(got)
         if e == g or (np.isfinite(e) and np.isfinite(g) and abs(e - g) <= atol + rtol * abs(e)):
             return None
-        return f"expected {_num(e)}, got {_num(g)}"
+        return _("expected {v}, got {v2}").format(v=_num(e), v2=_num(g))
     return compare
 
 
@@ -112,21 +114,20 @@ def array(dtype=None, rtol: float = 0.0, atol: float = 0.0, same_dtype_as: int |
             try:
                 got = np.asarray(got, dtype=float)
             except (ValueError, TypeError):
-                return f"expected an array, got {show(got)}"
+                return _("expected an array, got {v}").format(v=show(got))
         if not isinstance(got, np.ndarray):
-            return f"expected a numpy array, got {show(got)}"
+            return _("expected a numpy array, got {v}").format(v=show(got))
         if want is not None and got.dtype != want:
-            return f"expected dtype {want}, got {got.dtype}"
+            return _("expected dtype {want}, got {dtype}").format(want=want, dtype=got.dtype)
         if got.shape != expected.shape:
-            return f"expected shape {tuple(expected.shape)}, got shape {tuple(got.shape)}"
+            return _("expected shape {v}, got shape {v2}").format(v=tuple(expected.shape), v2=tuple(got.shape))
         e, g = expected.astype(np.float64), got.astype(np.float64)
         bad = ~((e == g) | (np.isfinite(e) & (np.abs(e - g) <= atol + rtol * np.abs(e))))
         if not bad.any():
             return None
         where = np.argwhere(bad)[0]
         at = "[" + ", ".join(map(str, where)) + "]"
-        return (f"entry {at}: expected {_num(expected[tuple(where)])}, got {_num(got[tuple(where)])} "
-                f"({int(bad.sum())} of {bad.size} entries differ)")
+        return (_("entry {at}: expected {v}, got {v2} ({v3} of {size} entries differ)").format(at=at, v=_num(expected[tuple(where)]), v2=_num(got[tuple(where)]), v3=int(bad.sum()), size=bad.size))
     return compare
 
 
@@ -136,7 +137,7 @@ def several(*parts, names: tuple = ()):
 
     def compare(expected, got, args):
         if not isinstance(got, (list, tuple)) or len(got) != len(parts):
-            return f"expected a tuple ({', '.join(names)}), got {show(got)}"
+            return _("expected a tuple ({v}), got {v2}").format(v=', '.join(names), v2=show(got))
         for name, cmp, e, g in zip(names, parts, expected, got):
             problem = cmp(e, g, args)
             if problem:
@@ -153,7 +154,6 @@ def byte_array():
         if isinstance(got, (bytes, bytearray)):
             got = np.frombuffer(bytes(got), dtype=np.uint8)
         if isinstance(got, np.ndarray) and got.dtype == np.uint8 and got.shape != expected.shape:
-            return (f"expected {expected.size} bytes, got {got.size}: "
-                    f"expected {show(expected, 12)}, got {show(got, 12)}")
+            return (_("expected {size} bytes, got {size2}: expected {v}, got {v2}").format(size=expected.size, size2=got.size, v=show(expected, 12), v2=show(got, 12)))
         return exact(expected, got, args)
     return compare

@@ -5,6 +5,7 @@ import numpy as np
 
 from ..experiments.compression import Measurement
 from .bottleneck import _ax
+from ..i18n import _
 
 FAMILY_STYLE = {"Top-K": ("o-", "tab:blue"), "Random-K": ("v--", "tab:gray"),
                 "quantize": ("s-", "tab:green"), "Top-K + int8": ("D-", "tab:purple")}
@@ -23,14 +24,14 @@ def tradeoff_plot(curves: dict[str, list[Measurement]], ax=None, highlight: Meas
                             annotation_clip=False)
     if highlight is not None:
         ax.plot([highlight.ratio], [highlight.rel_error], "*", color="tab:red", ms=16,
-                label=f"now: {highlight.name}", zorder=5)
+                label=_("now: {name}").format(name=highlight.name), zorder=5)
     ax.set_xscale("log")
-    ax.set_xlabel("compression ratio R = original bytes / wire bytes")
-    ax.set_ylabel("relative error ||g - C(g)|| / ||g||")
+    ax.set_xlabel(_("compression ratio R = original bytes / wire bytes"))
+    ax.set_ylabel(_("relative error ||g - C(g)|| / ||g||"))
     ax.set_ylim(-0.03, 1.08)
     ax.axhline(1.0, ls=":", color="gray", lw=1)
     ax.legend(fontsize=8, loc="lower right")
-    ax.set_title("more compression, less of the gradient arrives", fontsize=10)
+    ax.set_title(_("more compression, less of the gradient arrives"), fontsize=10)
     return ax
 
 
@@ -46,25 +47,25 @@ def ratio_bars(lossless: dict[str, float], lossy: list[Measurement], ax=None):
     ax.set_xticks(range(len(vals)), names, rotation=30, ha="right", fontsize=8)
     ax.set_yscale("log")
     ax.set_ylim(0.8, max(vals) * 4)
-    ax.set_ylabel("R (log scale)")
-    ax.set_title("zip barely shrinks a gradient; a lossy summary does", fontsize=10)
+    ax.set_ylabel(_("R (log scale)"))
+    ax.set_title(_("zip barely shrinks a gradient; a lossy summary does"), fontsize=10)
     return ax
 
 
 def exchange_plot(d: dict, ratio: float, ax=None):
     """Seconds per exchange vs workers: dense all-reduce, compressed all-gather, dense / R."""
     ax = _ax(ax, (5.5, 3.6))
-    ax.plot(d["workers"], d["dense all-reduce"], "o-", color="tab:orange", label="dense, ring all-reduce")
+    ax.plot(d["workers"], d["dense all-reduce"], "o-", color="tab:orange", label=_("dense, ring all-reduce"))
     ax.plot(d["workers"], d["compressed all-gather"], "s-", color="tab:blue",
-            label=f"R={ratio:g} packets, all-gather")
-    ax.plot(d["workers"], d["dense / R"], ":", color="gray", label="dense / R (the hope)")
+            label=_("R={ratio:g} packets, all-gather").format(ratio=ratio))
+    ax.plot(d["workers"], d["dense / R"], ":", color="gray", label=_("dense / R (the hope)"))
     ax.set_xscale("log", base=2)
     ax.set_xticks(d["workers"], [str(n) for n in d["workers"]])
     ax.set_yscale("log")
-    ax.set_xlabel("workers N")
-    ax.set_ylabel("seconds per exchange")
+    ax.set_xlabel(_("workers N"))
+    ax.set_ylabel(_("seconds per exchange"))
     ax.legend(fontsize=8)
-    ax.set_title("sparse packets are gathered, not summed", fontsize=10)
+    ax.set_title(_("sparse packets are gathered, not summed"), fontsize=10)
     return ax
 
 
@@ -73,12 +74,12 @@ def received_plot(original: np.ndarray, received: np.ndarray, ax=None, title: st
     sent exactly; on the x axis: dropped; on flat steps: rounded to a few levels."""
     ax = _ax(ax, (4.5, 4))
     lim = float(np.abs(original).max()) * 1.05
-    ax.plot([-lim, lim], [-lim, lim], ":", color="gray", lw=1, label="sent exactly")
+    ax.plot([-lim, lim], [-lim, lim], ":", color="gray", lw=1, label=_("sent exactly"))
     ax.plot(original, received, ".", ms=2.5, color="tab:blue", alpha=0.5)
     ax.set_xlim(-lim, lim)
     ax.set_ylim(-lim * 1.6, lim * 1.6)
-    ax.set_xlabel("entry of the gradient")
-    ax.set_ylabel("what arrives")
+    ax.set_xlabel(_("entry of the gradient"))
+    ax.set_ylabel(_("what arrives"))
     ax.legend(fontsize=8, loc="upper left")
     ax.set_title(title, fontsize=10)
     return ax

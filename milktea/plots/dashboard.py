@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from .quantization import _ax, _fig
+from ..i18n import N_, _
 
 COLORS = {"compute": "tab:blue", "compress": "tab:green", "encode": "tab:olive", "communicate": "tab:orange",
           "decode": "tab:purple", "update": "tab:gray"}
@@ -43,7 +44,7 @@ def pipeline(stages, ax=None, title: str = ""):
             ax.text(left + width / 2, 0.45, f"{s['seconds'] / total:.0%}", ha="center", va="center",
                     fontsize=7, color="white")
         left += width
-    ax.text(0, 0.05, f"one step: {1e3 * total:.1f} ms in all (bar: share of the step per stage, not overlapped)",
+    ax.text(0, 0.05, _("one step: {v:.1f} ms in all (bar: share of the step per stage, not overlapped)").format(v=1e3 * total),
             fontsize=8)
     ax.set_xlim(-0.1, span + 0.1)
     ax.set_ylim(-0.1, 2.3)
@@ -53,8 +54,8 @@ def pipeline(stages, ax=None, title: str = ""):
     return ax
 
 
-LIVE = (("throughput", "samples / s (all workers)", False), ("latency_ms", "step latency, ms", True),
-        ("wire_mb", "MB on the wire per worker (total)", False), ("loss", "training loss", True))
+LIVE = (("throughput", N_("samples / s (all workers)"), False), ("latency_ms", N_("step latency, ms"), True),
+        ("wire_mb", N_("MB on the wire per worker (total)"), False), ("loss", N_("training loss"), True))
 
 
 def live(series: dict, fig=None, status: str = ""):
@@ -65,10 +66,10 @@ def live(series: dict, fig=None, status: str = ""):
             if s["step"]:
                 ys = s[key]
                 ax.plot(s["step"], ys, label=name, lw=1.4)
-        ax.set_title(label, fontsize=10)
+        ax.set_title(_(label), fontsize=10)
         if log and any(s[key] for s in series.values()):
             ax.set_yscale("log")
-        ax.set_xlabel("step", fontsize=8)
+        ax.set_xlabel(_("step"), fontsize=8)
         ax.tick_params(labelsize=8)
     if any(s["step"] for s in series.values()):
         axes[0].legend(fontsize=7, loc="best")
@@ -98,11 +99,11 @@ def evaluation(rows, ax=None):
     ticks = [t for t in nice if lo <= t <= hi]
     ax.set_xlim(lo, hi)
     ax.set_xticks(ticks)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}x"))
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("speedup over dense (measured step time)")
-    ax.set_ylabel("test accuracy at the end")
-    ax.set_title("faster to the right, better up; bigger marker = higher ratio R", fontsize=10)
+    ax.set_xlabel(_("speedup over dense (measured step time)"))
+    ax.set_ylabel(_("test accuracy at the end"))
+    ax.set_title(_("faster to the right, better up; bigger marker = higher ratio R"), fontsize=10)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return ax
 
@@ -116,6 +117,6 @@ def repriced(rows, gbit: float, ax=None):
     for i, r in enumerate(rows):
         ax.text(r["step ms"], i, f" {r['speedup']:.2f}x", va="center", fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("ms per step (cost model with this run's compute, codec and collectives)")
-    ax.set_title(f"the same run on a {gbit:.3g} Gbit/s link", fontsize=10)
+    ax.set_xlabel(_("ms per step (cost model with this run's compute, codec and collectives)"))
+    ax.set_title(_("the same run on a {gbit:.3g} Gbit/s link").format(gbit=gbit), fontsize=10)
     return ax

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .quantization import _ax, _fig
+from ..i18n import N_, _
 
 
 def gantt(ax, tl, title: str = "", xmax: float | None = None):
@@ -12,15 +13,15 @@ def gantt(ax, tl, title: str = "", xmax: float | None = None):
     ms = 1e3
     f0, f1 = tl.forward
     if f1 > f0:
-        ax.broken_barh([(f0 * ms, (f1 - f0) * ms)], (1, 0.8), color="tab:gray", label="forward")
+        ax.broken_barh([(f0 * ms, (f1 - f0) * ms)], (1, 0.8), color="tab:gray", label=_("forward"))
     for i, (s, e) in enumerate(tl.backward):
         ax.broken_barh([(s * ms, (e - s) * ms)], (1, 0.8), color="tab:blue", edgecolor="white",
-                       label="backward, per bucket" if i == 0 else None)
+                       label=_("backward, per bucket") if i == 0 else None)
     for i, (s, e) in enumerate(tl.comm):
         ax.broken_barh([(s * ms, (e - s) * ms)], (0, 0.8), color="tab:orange", edgecolor="white",
-                       label="exchange, per bucket" if i == 0 else None)
+                       label=_("exchange, per bucket") if i == 0 else None)
     ax.axvline(tl.total * ms, color="k", lw=1)
-    ax.set_yticks([0.4, 1.4], ["link", "compute"])
+    ax.set_yticks([0.4, 1.4], [_("link"), _("compute")])
     ax.set_ylim(-0.2, 2.0)
     if xmax:
         ax.set_xlim(0, xmax * ms)
@@ -34,10 +35,10 @@ def gantt_grid(predicted: dict, measured: dict, fig=None):
     fig, axes = _fig(fig, (11, 1.7 * len(labels) + 0.6), ncols=2, nrows=len(labels), sharex=True)
     xmax = 1.05 * max(max(t.total for t in measured.values()), max(t.total for t in predicted.values()))
     for i, label in enumerate(labels):
-        gantt(axes[2 * i], predicted[label], f"{label}, predicted", xmax)
-        gantt(axes[2 * i + 1], measured[label], f"{label}, measured", xmax)
+        gantt(axes[2 * i], predicted[label], _("{label}, predicted").format(label=label), xmax)
+        gantt(axes[2 * i + 1], measured[label], _("{label}, measured").format(label=label), xmax)
     for ax in axes[-2:]:
-        ax.set_xlabel("ms since the step began")
+        ax.set_xlabel(_("ms since the step began"))
     axes[1].legend(loc="upper right", fontsize="x-small")
     fig.tight_layout()
     return fig
@@ -47,16 +48,16 @@ def bucket_sweep(rows, ax=None):
     """Predicted step time against bucket size."""
     ax = _ax(ax, (6, 3.5))
     mb = [r["bucket MB"] for r in rows]
-    ax.semilogx(mb, [1e3 * r["step s"] for r in rows], "o-", label="with overlap")
-    ax.semilogx(mb, [1e3 * r["serial s"] for r in rows], "--", color="gray", label="no overlap")
+    ax.semilogx(mb, [1e3 * r["step s"] for r in rows], "o-", label=_("with overlap"))
+    ax.semilogx(mb, [1e3 * r["serial s"] for r in rows], "--", color="gray", label=_("no overlap"))
     best = min(rows, key=lambda r: r["step s"])
-    ax.plot(best["bucket MB"], 1e3 * best["step s"], "r*", ms=14, label=f"best: {best['bucket MB']:g} MB")
+    ax.plot(best["bucket MB"], 1e3 * best["step s"], "r*", ms=14, label=_("best: {v:g} MB").format(v=best['bucket MB']))
     for r in rows[:: max(1, len(rows) // 6)]:
         ax.annotate(f"{r['buckets']}", (r["bucket MB"], 1e3 * r["step s"]), fontsize=7,
                     textcoords="offset points", xytext=(0, 6))
-    ax.set_xlabel("bucket size, MB (labels: number of buckets)")
-    ax.set_ylabel("ms per step (cost model)")
-    ax.set_title("too small pays latency, too big hides nothing")
+    ax.set_xlabel(_("bucket size, MB (labels: number of buckets)"))
+    ax.set_ylabel(_("ms per step (cost model)"))
+    ax.set_title(_("too small pays latency, too big hides nothing"))
     ax.legend(fontsize="small")
     return ax
 
@@ -69,15 +70,15 @@ def index_costs(rows, block: int = 32, fig=None):
     for name, style in (("int32", "o-"), ("delta8", "s-"), ("varint", "^-"), ("bitmap", "v-"),
                         (f"block{block}", "D-")):
         a.loglog(r, [row[f"{name} B/entry"] for row in rows], style, label=name)
-    a.set_xlabel("share of entries kept, k/n")
-    a.set_ylabel("index bytes per kept entry")
-    a.set_title("what 'where' costs")
+    a.set_xlabel(_("share of entries kept, k/n"))
+    a.set_ylabel(_("index bytes per kept entry"))
+    a.set_title(_("what 'where' costs"))
     a.legend(fontsize="small")
-    b.semilogx(r, [row["top-k norm kept"] for row in rows], "o-", label="exact Top-K")
-    b.semilogx(r, [row[f"block{block} norm kept"] for row in rows], "D-", label=f"blocks of {block}")
-    b.set_xlabel("share of entries kept, k/n")
-    b.set_ylabel("share of ||g||² kept")
-    b.set_title("what the blocks give up")
+    b.semilogx(r, [row["top-k norm kept"] for row in rows], "o-", label=_("exact Top-K"))
+    b.semilogx(r, [row[f"block{block} norm kept"] for row in rows], "D-", label=_("blocks of {block}").format(block=block))
+    b.set_xlabel(_("share of entries kept, k/n"))
+    b.set_ylabel(_("share of ||g||² kept"))
+    b.set_title(_("what the blocks give up"))
     b.legend(fontsize="small")
     fig.tight_layout()
     return fig
@@ -90,17 +91,17 @@ def accumulation(runs, time_rows, fig=None):
         h = run.history
         cum = np.concatenate([[0.0], np.cumsum(h.bytes_per_worker)]) / 1e6
         pts = [(cum[s], y) for s, y in zip(h.eval_steps, h.evals["accuracy"]) if s > 0]
-        a.semilogx([p[0] for p in pts], [p[1] for p in pts], "-", label=f"exchange every {run.accumulate}")
-    a.set_xlabel("MB exchanged per worker")
-    a.set_ylabel("test accuracy")
-    a.set_title("same samples, fewer exchanges")
+        a.semilogx([p[0] for p in pts], [p[1] for p in pts], "-", label=_("exchange every {accumulate}").format(accumulate=run.accumulate))
+    a.set_xlabel(_("MB exchanged per worker"))
+    a.set_ylabel(_("test accuracy"))
+    a.set_title(_("same samples, fewer exchanges"))
     a.legend(fontsize="small")
     acc = [r["accumulate"] for r in time_rows]
     b.plot(acc, [1e3 * r["s per micro-batch"] for r in time_rows], "o-")
     b.set_xscale("log", base=2)
-    b.set_xlabel("micro-batches per exchange")
-    b.set_ylabel("ms per micro-batch (cost model)")
-    b.set_title("the exchange is shared by more work")
+    b.set_xlabel(_("micro-batches per exchange"))
+    b.set_ylabel(_("ms per micro-batch (cost model)"))
+    b.set_title(_("the exchange is shared by more work"))
     fig.tight_layout()
     return fig
 
@@ -119,9 +120,9 @@ def speedup(curves, breakeven: dict | None = None, ax=None):
     lo = min(min(v) for k, v in curves.items() if k != "gbit")
     hi = max(max(v) for k, v in curves.items() if k != "gbit")
     ax.set_ylim(min(0.5, lo / 1.3), hi * 1.3)
-    ax.set_xlabel("link bandwidth, Gbit/s")
-    ax.set_ylabel("speedup over dense all-reduce")
-    ax.set_title("below the line (shaded), compression costs time")
+    ax.set_xlabel(_("link bandwidth, Gbit/s"))
+    ax.set_ylabel(_("speedup over dense all-reduce"))
+    ax.set_title(_("below the line (shaded), compression costs time"))
     ax.legend(fontsize="small")
     return ax
 
@@ -134,23 +135,23 @@ def ab_step_times(comparison, ax=None):
     rows = [r for r in comparison.rows if "error" not in r]
     if ax is None:
         import matplotlib.pyplot as plt
-        _, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.4))
+        _fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.4))
     comp = 1e3 * sum(comparison.compute.values())
-    parts = (("compute", "tab:blue"), ("compress + decode", "tab:green"),
-             ("inside the collectives (measured)", "tab:orange"), ("rest of the step", "tab:gray"))
+    parts = ((N_("compute"), "tab:blue"), (N_("compress + decode"), "tab:green"),
+             (N_("inside the collectives (measured)"), "tab:orange"), (N_("rest of the step"), "tab:gray"))
     for i, r in enumerate(rows):
         codec, comm = r.get("codec_ms", 0.0), r.get("comm_ms", 0.0)
         rest = max(0.0, r["step_ms"] - comp - codec - comm)
         left = 0.0
         for (name, color), width in zip(parts, (comp, codec, comm, rest)):
-            ax.barh(i, width, left=left, color=color, label=name if i == 0 else None)
+            ax.barh(i, width, left=left, color=color, label=_(name) if i == 0 else None)
             left += width
-        ax.plot(r["step_ms"], i, "k|", ms=16, mew=2, label="measured step" if i == 0 else None)
-        ax.plot(r["predicted_ms"], i, "kx", ms=8, label="cost model" if i == 0 else None)
+        ax.plot(r["step_ms"], i, "k|", ms=16, mew=2, label=_("measured step") if i == 0 else None)
+        ax.plot(r["predicted_ms"], i, "kx", ms=8, label=_("cost model") if i == 0 else None)
     ax.set_yticks(range(len(rows)), [r["label"] for r in rows])
     ax.invert_yaxis()
-    ax.set_xlabel("ms per step (the bars' parts can overlap in time: their sum may exceed the step)")
-    ax.set_title(f"step time, {comparison.where.split(',')[0]}", fontsize=10)
+    ax.set_xlabel(_("ms per step (the bars' parts can overlap in time: their sum may exceed the step)"))
+    ax.set_title(_("step time, {where}").format(where=comparison.where.split(',')[0]), fontsize=10)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
     return ax
 
@@ -160,10 +161,10 @@ def ab_accuracy(comparison, ax=None):
     rows = [r for r in comparison.rows if "error" not in r]
     if ax is None:
         import matplotlib.pyplot as plt
-        _, ax = plt.subplots(figsize=(5, 0.45 * len(rows) + 1.4))
+        _fig, ax = plt.subplots(figsize=(5, 0.45 * len(rows) + 1.4))
     ax.barh([r["label"] for r in rows], [r["accuracy"] for r in rows], color="tab:green")
     ax.invert_yaxis()
-    ax.set_xlabel(f"test accuracy after {comparison.config['steps']} steps")
+    ax.set_xlabel(_("test accuracy after {v} steps").format(v=comparison.config['steps']))
     ax.set_xlim(0, 1)
     return ax
 

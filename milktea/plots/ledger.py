@@ -5,6 +5,7 @@ import numpy as np
 
 from ..experiments.ledger import LedgerTrace
 from .bottleneck import _ax
+from ..i18n import _
 
 
 def ledger_night(trace: LedgerTrace, t: int, axes, item: str = "ice"):
@@ -16,26 +17,26 @@ def ledger_night(trace: LedgerTrace, t: int, axes, item: str = "ice"):
     x = np.arange(len(trace.items))
     total = night["to choose from"]
     chosen = night["read out"] != 0
-    ax0.bar(x - 0.27, night["ledger before"], width=0.27, color="wheat", label="in the ledger")
-    ax0.bar(x, night["new"], width=0.27, color="lightgray", label="new tonight")
+    ax0.bar(x - 0.27, night["ledger before"], width=0.27, color="wheat", label=_("in the ledger"))
+    ax0.bar(x, night["new"], width=0.27, color="lightgray", label=_("new tonight"))
     ax0.bar(x + 0.27, total, width=0.27, color=np.where(chosen, "tab:red", "white"), edgecolor="black",
-            lw=0.6, label="sum (red: read out)")
+            lw=0.6, label=_("sum (red: read out)"))
     ax0.axhline(0, color="black", lw=0.5)
     ax0.set_xticks(x, trace.items)
     lim = np.abs(np.concatenate([trace.before + trace.grads, trace.grads])).max() * 1.15
     ax0.set_ylim(-lim, lim)
     ax0.legend(fontsize=7, loc="lower left", ncol=3)
-    ax0.set_title(f"night {t + 1}: read out the {trace.k} largest sums", fontsize=10)
+    ax0.set_title(_("night {v}: read out the {k} largest sums").format(v=t + 1, k=trace.k), fontsize=10)
     nights = np.arange(1, t + 2)
-    ax1.plot(nights, trace.truth(item)[:t + 1], "k-", label="the truth")
-    ax1.plot(nights, trace.delivered(item)[:t + 1], "o-", color="tab:blue", label="heard, with ledger")
+    ax1.plot(nights, trace.truth(item)[:t + 1], "k-", label=_("the truth"))
+    ax1.plot(nights, trace.delivered(item)[:t + 1], "o-", color="tab:blue", label=_("heard, with ledger"))
     ax1.plot(nights, trace.delivered(item, ledger=False)[:t + 1], "s--", color="tab:gray",
-             label="heard, no ledger")
+             label=_("heard, no ledger"))
     ax1.set_xlim(0.5, trace.nights + 0.5)
     lo = min(0, trace.truth(item).min(), trace.delivered(item).min()) * 1.1
     ax1.set_ylim(lo, max(trace.truth(item).max(), trace.delivered(item).max()) * 1.1 + 1e-9)
-    ax1.set_xlabel("night")
-    ax1.set_title(f"running total for '{item}'", fontsize=10)
+    ax1.set_xlabel(_("night"))
+    ax1.set_title(_("running total for '{item}'").format(item=item), fontsize=10)
     ax1.legend(fontsize=8, loc="upper left")
     return axes
 
@@ -49,10 +50,10 @@ def seed_curves(demo, ax=None):
         err = np.sqrt(2 * np.asarray(h.loss))
         ax.plot(np.arange(len(err)), err, style, label=label)
     ax.set_yscale("log")
-    ax.set_xlabel("step")
+    ax.set_xlabel(_("step"))
     ax.set_ylabel("||w - w*||")
     ax.legend(fontsize=8)
-    ax.set_title("the seed's toy: 1000 parameters, keep 100 a step", fontsize=10)
+    ax.set_title(_("the seed's toy: 1000 parameters, keep 100 a step"), fontsize=10)
     return ax
 
 
@@ -60,18 +61,18 @@ def feedback_runs(runs: dict, axes=None):
     """Held-out accuracy and training loss against steps for each run."""
     if axes is None:
         import matplotlib.pyplot as plt
-        _, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+        _fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     ax0, ax1 = axes
     styles = {"dense": "k-", "Top-K + ledger": "-", "Top-K, no ledger": "--"}
     for name, h in runs.items():
         ax0.plot(h.eval_steps, h.evals["accuracy"], styles.get(name, "-"), label=name)
         ax1.plot(np.arange(1, h.steps + 1), h.loss, styles.get(name, "-"), label=name, lw=0.8)
-    ax0.set_xlabel("step")
-    ax0.set_ylabel("held-out accuracy")
+    ax0.set_xlabel(_("step"))
+    ax0.set_ylabel(_("held-out accuracy"))
     ax0.legend(fontsize=8)
     ax1.set_yscale("log")
-    ax1.set_xlabel("step")
-    ax1.set_ylabel("training loss (minibatch)")
+    ax1.set_xlabel(_("step"))
+    ax1.set_ylabel(_("training loss (minibatch)"))
     h = next(iter(runs.values()))
-    ax0.set_title(f"digits, {h.workers} simulated workers", fontsize=10)
+    ax0.set_title(_("digits, {workers} simulated workers").format(workers=h.workers), fontsize=10)
     return axes

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import numpy as np
+from ..i18n import _
 
 
 def _axes(axes, n):
     if axes is None:
         import matplotlib.pyplot as plt
-        _, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4))
+        _fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4))
     return axes
 
 
@@ -16,15 +17,15 @@ def spectrum(spec: dict, ax=None):
     ax = _axes(ax, 1)
     s = np.asarray(spec["singular values"])
     r = np.arange(1, s.size + 1)
-    ax.semilogy(r, s, "o-", ms=3, label="singular value")
+    ax.semilogy(r, s, "o-", ms=3, label=_("singular value"))
     ax.set_xlabel("r")
-    ax.set_ylabel("singular value σ_r")
+    ax.set_ylabel(_("singular value σ_r"))
     twin = ax.twinx()
-    twin.plot(r, np.asarray(spec["energy"]), color="tab:red", label="share of ‖M‖² in the top r")
+    twin.plot(r, np.asarray(spec["energy"]), color="tab:red", label=_("share of ‖M‖² in the top r"))
     twin.set_ylim(0, 1.02)
-    twin.set_ylabel("share of ‖M‖² in the top r", color="tab:red")
+    twin.set_ylabel(_("share of ‖M‖² in the top r"), color="tab:red")
     m, n = spec["shape"]
-    ax.set_title(f"spectrum of a {m} x {n} layer gradient", fontsize=10)
+    ax.set_title(_("spectrum of a {m} x {n} layer gradient").format(m=m, n=n), fontsize=10)
     return ax
 
 
@@ -38,10 +39,10 @@ def rank_sweep(rows: list, ax=None):
     for r in rows:
         ax.annotate(f"r={r['rank']}", (r["R"], r[keys[0]]), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
-    ax.set_xlabel("compression ratio R (real packet)")
-    ax.set_ylabel("relative error")
+    ax.set_xlabel(_("compression ratio R (real packet)"))
+    ax.set_ylabel(_("relative error"))
     ax.legend(fontsize=8)
-    ax.set_title("PowerSGD: rank sweep", fontsize=10)
+    ax.set_title(_("PowerSGD: rank sweep"), fontsize=10)
     return ax
 
 
@@ -50,8 +51,8 @@ def warm_start(trace: dict, ax=None):
     ax = _axes(ax, 1)
     for k, style in zip(trace, ("-o", "--s", "k:")):
         ax.plot(np.arange(1, len(trace[k]) + 1), trace[k], style, ms=3, label=k)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("relative error of the rank-r report")
+    ax.set_xlabel(_("training step"))
+    ax.set_ylabel(_("relative error of the rank-r report"))
     ax.legend(fontsize=8)
-    ax.set_title("one power step per training step", fontsize=10)
+    ax.set_title(_("one power step per training step"), fontsize=10)
     return ax

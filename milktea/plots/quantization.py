@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from ..i18n import _
 
 
 def _fig(fig, figsize, ncols=1, nrows=1, **kw):
@@ -18,7 +19,7 @@ def _fig(fig, figsize, ncols=1, nrows=1, **kw):
 def _ax(ax, figsize):
     if ax is None:
         import matplotlib.pyplot as plt
-        _, ax = plt.subplots(figsize=figsize)
+        _fig, ax = plt.subplots(figsize=figsize)
     return ax
 
 
@@ -27,10 +28,10 @@ def half_step(rows, fig=None):
     fig, axes = _fig(fig, (3.2 * len(rows), 2.8), ncols=len(rows), sharey=True)
     for ax, r in zip(axes, rows):
         ax.hist(r.errors.numpy(), bins=40, range=(0, 1.1), color="tab:blue", alpha=0.8)
-        ax.axvline(1.0, color="tab:red", ls="--", label="bound: half a step")
-        ax.set_title(f"int{r.bits}: worst {r.worst:.4f}")
-        ax.set_xlabel("|error| / (step / 2)")
-    axes[0].set_ylabel("entries")
+        ax.axvline(1.0, color="tab:red", ls="--", label=_("bound: half a step"))
+        ax.set_title(_("int{bits}: worst {worst:.4f}").format(bits=r.bits, worst=r.worst))
+        ax.set_xlabel(_("|error| / (step / 2)"))
+    axes[0].set_ylabel(_("entries"))
     axes[0].legend(fontsize="small", loc="upper left")
     fig.tight_layout()
     return fig
@@ -47,9 +48,9 @@ def bit_widths(rows, ax=None):
                     textcoords="offset points", xytext=(6, -12))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("bits per entry on the wire")
-    ax.set_ylabel("||decoded - g|| / ||g||")
-    ax.set_title("fewer bits, larger error")
+    ax.set_xlabel(_("bits per entry on the wire"))
+    ax.set_ylabel(_("||decoded - g|| / ||g||"))
+    ax.set_title(_("fewer bits, larger error"))
     ax.margins(x=0.15, y=0.3)
     return ax
 
@@ -65,9 +66,9 @@ def chunk_sweep(curves: dict, ax=None):
             ax.annotate(str(r["chunk"]), (r["bits/entry"], r["relative error"]), fontsize=7,
                         textcoords="offset points", xytext=(3, 3), color=line.get_color())
     ax.set_yscale("log")
-    ax.set_xlabel("bits per entry (codes + one fp32 scale per chunk)")
-    ax.set_ylabel("relative error")
-    ax.set_title("one scale per tensor vs per chunk (labels: chunk size)")
+    ax.set_xlabel(_("bits per entry (codes + one fp32 scale per chunk)"))
+    ax.set_ylabel(_("relative error"))
+    ax.set_title(_("one scale per tensor vs per chunk (labels: chunk size)"))
     ax.legend(fontsize="small")
     return ax
 
@@ -76,12 +77,12 @@ def bias(b, ax=None):
     """Error of the average of T decoded copies: stochastic falls like 1/sqrt(T), nearest stays."""
     ax = _ax(ax, (5.5, 3.5))
     t = np.asarray(b.draws, dtype=float)
-    ax.loglog(t, b.stochastic, "o-", label="stochastic rounding")
-    ax.loglog(t, b.nearest, "s-", label="round to nearest")
-    ax.loglog(t, b.stochastic[0] / np.sqrt(t), ":", color="gray", label="1/sqrt(T)")
-    ax.set_xlabel("copies averaged, T")
-    ax.set_ylabel("||mean - g|| / ||g||")
-    ax.set_title("unbiased: the average converges to the truth")
+    ax.loglog(t, b.stochastic, "o-", label=_("stochastic rounding"))
+    ax.loglog(t, b.nearest, "s-", label=_("round to nearest"))
+    ax.loglog(t, b.stochastic[0] / np.sqrt(t), ":", color="gray", label=_("1/sqrt(T)"))
+    ax.set_xlabel(_("copies averaged, T"))
+    ax.set_ylabel(_("||mean - g|| / ||g||"))
+    ax.set_title(_("unbiased: the average converges to the truth"))
     ax.legend(fontsize="small")
     return ax
 
@@ -90,12 +91,12 @@ def tiny_updates(sums, ax=None):
     """Running sum of a small repeated push, as each rounding delivers it."""
     ax = _ax(ax, (5.5, 3.2))
     steps = np.arange(1, len(sums["true"]) + 1)
-    ax.plot(steps, sums["true"], "k--", label="true sum")
-    ax.plot(steps, sums["stochastic"], label="stochastic rounding")
-    ax.plot(steps, sums["nearest"], label="round to nearest")
-    ax.set_xlabel("step")
-    ax.set_ylabel("total delivered")
-    ax.set_title(f"a push of {sums['true'][0]:.3g} per step, grid step {sums['step']:.3g}")
+    ax.plot(steps, sums["true"], "k--", label=_("true sum"))
+    ax.plot(steps, sums["stochastic"], label=_("stochastic rounding"))
+    ax.plot(steps, sums["nearest"], label=_("round to nearest"))
+    ax.set_xlabel(_("step"))
+    ax.set_ylabel(_("total delivered"))
+    ax.set_title(_("a push of {v:.3g} per step, grid step {v2:.3g}").format(v=sums['true'][0], v2=sums['step']))
     ax.legend(fontsize="small")
     return ax
 
@@ -104,12 +105,12 @@ def variance(rows, ax=None):
     """QSGD: measured E||Q(x)-x||^2/||x||^2 beside the bound, per number of levels."""
     ax = _ax(ax, (5.5, 3.5))
     pos = np.arange(len(rows))
-    ax.bar(pos - 0.2, [r.measured for r in rows], 0.4, label="measured")
-    ax.bar(pos + 0.2, [r.bound for r in rows], 0.4, label="bound min(d/s², √d/s)")
+    ax.bar(pos - 0.2, [r.measured for r in rows], 0.4, label=_("measured"))
+    ax.bar(pos + 0.2, [r.bound for r in rows], 0.4, label=_("bound min(d/s², √d/s)"))
     ax.set_xticks(pos, [f"s={r.levels}\n{r.bits} bit" for r in rows])
     ax.set_yscale("log")
-    ax.set_ylabel("variance / ||x||²")
-    ax.set_title("QSGD: measured variance under the bound")
+    ax.set_ylabel(_("variance / ||x||²"))
+    ax.set_title(_("QSGD: measured variance under the bound"))
     ax.legend(fontsize="small")
     return ax
 
@@ -124,14 +125,14 @@ def training(histories, fig=None, metric: str = "accuracy"):
         cum = np.concatenate([[0.0], np.cumsum(h.bytes_per_worker)]) / 1e6
         pts = [(cum[s], y) for s, y in zip(h.eval_steps, ys) if s > 0]   # 0 bytes has no log position
         b.plot([p[0] for p in pts], [p[1] for p in pts], label=h.scheme, **style)
-    a.set_xlabel("step")
-    b.set_xlabel("MB sent per worker (log scale)")
+    a.set_xlabel(_("step"))
+    b.set_xlabel(_("MB sent per worker (log scale)"))
     b.set_xscale("log")
     for ax in (a, b):
         ax.set_ylabel(metric)
         ax.legend(fontsize="small")
-    a.set_title("per step")
-    b.set_title("per byte sent")
+    a.set_title(_("per step"))
+    b.set_title(_("per byte sent"))
     fig.tight_layout()
     return fig
 
@@ -143,13 +144,13 @@ def stacked(rows, ax=None):
     left = np.zeros(len(rows))
     for part, color in (("header", "tab:gray"), ("indices", "tab:orange"), ("values", "tab:blue")):
         vals = np.array([r[part] for r in rows], dtype=float)
-        ax.barh(names, vals, left=left, color=color, label=part)
+        ax.barh(names, vals, left=left, color=color, label=_(part))  # the column name, shown translated
         left += vals
     for i, r in enumerate(rows):
         ax.text(left[i], i, f"  {r['bytes']} B, R={r['R']:.0f}x", va="center", fontsize=8)
     ax.set_xlim(0, left.max() * 1.35)
     ax.invert_yaxis()
-    ax.set_xlabel("bytes on the wire")
+    ax.set_xlabel(_("bytes on the wire"))
     ax.legend(fontsize="small", loc="lower right")
     return ax
 
@@ -165,15 +166,15 @@ def snap(s, fig=None, show: int = 40):
     if len(grid) <= 64:
         top.vlines(grid, -0.4, 1.4, color="lightgray", lw=0.8, zorder=0)
     else:
-        top.text(0.01, 0.9, f"{len(grid)} grid levels (too dense to draw)", transform=top.transAxes, fontsize=8)
+        top.text(0.01, 0.9, _("{v} grid levels (too dense to draw)").format(v=len(grid)), transform=top.transAxes, fontsize=8)
     from matplotlib.collections import LineCollection
     top.add_collection(LineCollection([[(a, 1), (b, 0)] for a, b in zip(x, y)], colors="tab:gray", lw=0.6))
-    top.scatter(x, np.ones_like(x), s=14, color="tab:blue", label="sent", zorder=3)
-    top.scatter(y, np.zeros_like(y), s=14, color="tab:red", label="decoded", zorder=3)
+    top.scatter(x, np.ones_like(x), s=14, color="tab:blue", label=_("sent"), zorder=3)
+    top.scatter(y, np.zeros_like(y), s=14, color="tab:red", label=_("decoded"), zorder=3)
     top.set_yticks([0, 1], ["decoded", "original"])
     top.set_xlim(lo - 0.05 * (hi - lo + 1e-12), hi + 0.05 * (hi - lo + 1e-12))
     top.set_ylim(-0.4, 1.4)
-    top.set_title(f"{s.name}: {s.nbytes} bytes (R={s.ratio:.1f}x), relative error {s.rel_error:.3f}")
+    top.set_title(_("{name}: {nbytes} bytes (R={ratio:.1f}x), relative error {rel_error:.3f}").format(name=s.name, nbytes=s.nbytes, ratio=s.ratio, rel_error=s.rel_error))
     scaled = s.error_in_half_steps
     if scaled is not None:
         # each entry against its own chunk's half step, so one pair of dashed lines fits every chunk
@@ -181,15 +182,14 @@ def snap(s, fig=None, show: int = 40):
         bottom.hist(err, bins=60, color="tab:purple", alpha=0.8)
         for v in (-1.0, 1.0):
             bottom.axvline(v, color="tab:red", ls="--")
-        bottom.set_title(f"error of all {len(err)} entries, each in half-steps of its own chunk; "
-                         f"dashed: the rounding-to-nearest bound", fontsize=9)
-        bottom.set_xlabel("(decoded - original) / (own chunk's step / 2)")
+        bottom.set_title(_("error of all {v} entries, each in half-steps of its own chunk; dashed: the rounding-to-nearest bound").format(v=len(err)), fontsize=9)
+        bottom.set_xlabel(_("(decoded - original) / (own chunk's step / 2)"))
         spread = max(abs(err.min()), abs(err.max()), 1.2)
     else:
         err = s.error.numpy()
         bottom.hist(err, bins=60, color="tab:purple", alpha=0.8)
-        bottom.set_title(f"error of all {len(err)} entries (1 bit: no grid bound)", fontsize=9)
-        bottom.set_xlabel("decoded - original")
+        bottom.set_title(_("error of all {v} entries (1 bit: no grid bound)").format(v=len(err)), fontsize=9)
+        bottom.set_xlabel(_("decoded - original"))
         spread = max(abs(err.min()), abs(err.max()), 1e-12)
     bottom.set_xlim(-spread * 1.05, spread * 1.05)
     if not math.isfinite(spread):

@@ -7,10 +7,11 @@ import html
 from ..experiments import dashboard as exp
 from ..experiments.tables import html_table
 from ..plots import dashboard as plots
+from ..i18n import N_, _
 from .panel import new_figure, show_figure, show_html
 
 LINKS = [("0.1 Gbit/s", 0.1), ("0.3 Gbit/s", 0.3), ("1 Gbit/s", 1.0), ("3 Gbit/s", 3.0), ("10 Gbit/s", 10.0),
-         ("loopback (no emulation)", 0.0)]
+         (N_("loopback (no emulation)"), 0.0)]
 
 
 class Dashboard:
@@ -28,14 +29,15 @@ class Dashboard:
         import ipywidgets as w
         self.schemes, self.workers, self.hidden, self.task = list(schemes), workers, hidden, task
         self.result, self.recorder = None, None
-        self.header = w.HTML("<b>head office</b>: no run yet")
+        self.header = w.HTML(_("<b>head office</b>: {status}").format(status=_("no run yet")))
         self.live_out = w.Output()
-        self.link = w.Dropdown(options=LINKS, value=link_gbit, description="link")
-        self.steps = w.BoundedIntText(value=steps, min=3, max=1000, description="steps")
-        self.button = w.Button(description="run again", button_style="primary", icon="play")
-        self.button.on_click(lambda _: self.run())
+        self.link = w.Dropdown(options=[(_(label), v) for label, v in LINKS], value=link_gbit,
+                                description=_("link"))
+        self.steps = w.BoundedIntText(value=steps, min=3, max=1000, description=_("steps"))
+        self.button = w.Button(description=_("run again"), button_style="primary", icon="play")
+        self.button.on_click(lambda _button: self.run())
         self.whatif = w.FloatLogSlider(value=link_gbit or 1.0, base=10, min=-1, max=2.5, step=0.05,
-                                       description="what if Gbit/s", continuous_update=False,
+                                       description=_("what if Gbit/s"), continuous_update=False,
                                        style={"description_width": "initial"})
         self.whatif_out = w.Output()
         self.whatif.observe(self._reprice, names="value")
@@ -59,11 +61,11 @@ class Dashboard:
                 self._draw()
 
     def _draw(self):
-        series, status = self.recorder.snapshot() if self.recorder else ({}, "no run yet")
+        series, status = self.recorder.snapshot() if self.recorder else ({}, _("no run yet"))
         fig = new_figure((11, 5.2))
         plots.live(series, fig=fig)
         show_figure(self.live_out, fig, dpi=72)
-        self.header.value = f"<b>head office</b>: {status}"
+        self.header.value = _("<b>head office</b>: {status}").format(status=status)
 
     def run(self, schemes=None, **options):
         """Train every scheme with the controls' link and steps; update the view as records
@@ -84,17 +86,17 @@ class Dashboard:
             done.set()
             painter.join()
             self.button.disabled = False
-        self.recorder.current = "all done"
+        self.recorder.current = _("all done")
         self._draw()
-        self.header.value = (f"<b>head office</b>: {len(schemes)} schemes trained, "
-                             f"{html.escape(self.result.where)}, {self.workers} workers")
+        self.header.value = _("<b>head office</b>: {n} schemes trained, {where}, {workers} workers").format(
+            n=len(schemes), where=html.escape(self.result.where), workers=self.workers)
         self._reprice()
         return self.result
 
-    def _reprice(self, _=None):
+    def _reprice(self, _change=None):
         if self.result is None:
-            show_html(self.whatif_out, "<i>the what-if view appears after the first run</i>"
-                      f" (link {self.whatif.value:.3g} Gbit/s)")
+            show_html(self.whatif_out, _("<i>the what-if view appears after the first run</i>"
+                                         " (link {gbit:.3g} Gbit/s)").format(gbit=self.whatif.value))
             return
         rows = exp.repriced(self.result, self.whatif.value)
         fig = new_figure((8, 0.38 * len(rows) + 1.2))
@@ -110,28 +112,29 @@ def decision_guide(gbit: float = 10.0, params: float = 1e9, workers: int = 16, c
     GPU-class memory-bound codecs; a dropdown switches to this machine's measured ones."""
     import ipywidgets as w
     from ..advice import advise, measured_codecs, memory_bound_codecs
-    sources = {"GPU-class (memory-bound, 2 TB/s)": "gpu", "this machine (measured)": "here"}
+    sources = {_("GPU-class (memory-bound, 2 TB/s)"): "gpu", _("this machine (measured)"): "here"}
     codecs = {"gpu": codec_ns or memory_bound_codecs(2000.0)}
     bw = w.FloatLogSlider(value=gbit, base=10, min=-2, max=3, step=0.1, description="Gbit/s",
                           continuous_update=False)
-    size = w.FloatLogSlider(value=params, base=10, min=6, max=12, step=0.1, description="parameters",
+    size = w.FloatLogSlider(value=params, base=10, min=6, max=12, step=0.1, description=_("parameters"),
                             continuous_update=False)
     n = w.SelectionSlider(options=[2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], value=workers,
-                          description="workers", continuous_update=False)
-    comp = w.FloatLogSlider(value=compute_s, base=10, min=-3, max=1, step=0.1, description="compute s",
+                          description=_("workers"), continuous_update=False)
+    comp = w.FloatLogSlider(value=compute_s, base=10, min=-3, max=1, step=0.1, description=_("compute s"),
                             continuous_update=False)
-    src = w.Dropdown(options=list(sources.items()), value="gpu", description="codecs")
+    src = w.Dropdown(options=list(sources.items()), value="gpu", description=_("codecs"))
     out = w.Output()
 
-    def update(_=None):
+    def update(_change=None):
         if src.value not in codecs:
             codecs[src.value] = measured_codecs()
         a = advise(size.value, n.value, bw.value, comp.value, codec_ns=codecs[src.value])
         cols = ["scheme", "collective", "R", "comm s", "codec s", "step s", "speedup"]
         reasons = "".join(f"<li>{html.escape(r)}</li>" for r in a.reasons)
-        show_html(out, f"<p><b>choice: {html.escape(a.choice)}</b> for {size.value:.3g} parameters, {n.value} "
-                       f"workers, {bw.value:.3g} Gbit/s, {comp.value:.3g} s compute</p><ul>{reasons}</ul>"
-                       + html_table(a.rows, cols))
+        head = _("<b>choice: {choice}</b> for {params:.3g} parameters, {workers} workers, {gbit:.3g} Gbit/s, "
+                 "{compute:.3g} s compute").format(choice=html.escape(a.choice), params=size.value, workers=n.value,
+                                                   gbit=bw.value, compute=comp.value)
+        show_html(out, f"<p>{head}</p><ul>{reasons}</ul>" + html_table(a.rows, cols))
 
     for c in (bw, size, n, comp, src):
         c.observe(update, names="value")
@@ -141,9 +144,9 @@ def decision_guide(gbit: float = 10.0, params: float = 1e9, workers: int = 16, c
     return box
 
 
-def reveal(body_html: str, title: str = "show the worked answer"):
+def reveal(body_html: str, title: str | None = None):
     """A collapsed accordion holding an answer (HTML), opened by a click."""
     import ipywidgets as w
     acc = w.Accordion(children=[w.HTML(body_html)], selected_index=None)
-    acc.set_title(0, title)
+    acc.set_title(0, _("show the worked answer") if title is None else title)
     return acc

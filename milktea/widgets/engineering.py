@@ -4,6 +4,7 @@ from __future__ import annotations
 from .. import cost
 from ..experiments import engineering as exp
 from ..plots import engineering as plots
+from ..i18n import _
 from .panel import new_figure, show_figure
 
 BUCKETS_MB = [0.5, 1, 2, 4, 8, 16, 25, 50, 100, 400]
@@ -22,22 +23,24 @@ def overlap_explorer(profile: exp.Profile | None = None, forward_s: float = 0.05
     profile = profile or exp.Profile.uniform(48, 100_000_000 // 48, 0.1)
     bw = w.FloatLogSlider(value=gbit, base=10, min=-1, max=3, step=0.1, description="Gbit/s",
                           continuous_update=False)
-    bucket = w.SelectionSlider(options=BUCKETS_MB, value=bucket_mb, description="bucket MB",
+    bucket = w.SelectionSlider(options=BUCKETS_MB, value=bucket_mb, description=_("bucket MB"),
                                continuous_update=False)
-    ratio = w.SelectionSlider(options=RATIOS, value=1, description="ratio R", continuous_update=False)
+    ratio = w.SelectionSlider(options=RATIOS, value=1, description=_("ratio R"), continuous_update=False)
     out = w.Output()
 
-    def update(_=None):
+    def update(_change=None):
         link = cost.Link.gbit(bw.value, latency)
         tl = exp.predict_timeline(profile, bucket.value, link, workers, forward_s, ratio=ratio.value)
         fig = new_figure((8, 2.4))
         ax = fig.subplots()
-        plots.gantt(ax, tl, "with overlap", xmax=tl.serial * 1.02)
+        plots.gantt(ax, tl, _("with overlap"), xmax=tl.serial * 1.02)
         ax.legend(loc="lower right", fontsize="x-small")
         fig.subplots_adjust(left=0.1, right=0.98, bottom=0.22, top=0.86)
-        text = (f"{profile.total_params / 1e6:.0f}M parameters, {workers} workers, {len(tl.comm)} buckets: "
-                f"<b>{tl.total * 1e3:.0f} ms</b> per step with overlap, {tl.serial * 1e3:.0f} ms without; "
-                f"{tl.exposed_comm * 1e3:.0f} ms of communication left exposed")
+        text = _("{params:.0f}M parameters, {workers} workers, {buckets} buckets: "
+                 "<b>{total:.0f} ms</b> per step with overlap, {serial:.0f} ms without; "
+                 "{exposed:.0f} ms of communication left exposed").format(
+            params=profile.total_params / 1e6, workers=workers, buckets=len(tl.comm), total=tl.total * 1e3,
+            serial=tl.serial * 1e3, exposed=tl.exposed_comm * 1e3)
         show_figure(out, fig, text)
 
     for c in (bw, bucket, ratio):

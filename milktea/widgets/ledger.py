@@ -5,6 +5,7 @@ import ipywidgets as w
 
 from ..experiments.ledger import ledger_trace, shop_adjustments
 from ..plots.ledger import ledger_night
+from ..i18n import _
 from .panel import slider_style, table, view
 
 
@@ -14,20 +15,20 @@ def ledger_view(nights: int = 12, k: int = 2, item: str = "ice") -> w.VBox:
     (milktea.experiments.ledger.ledger_trace, i.e. milktea.ErrorFeedback)."""
     s = slider_style()
     adjustments = shop_adjustments(nights)
-    controls = {"night": w.IntSlider(value=1, min=1, max=nights, description="night", **s),
-                "k": w.IntSlider(value=k, min=1, max=len(adjustments[0]) - 1, description="items read out (K)", **s)}
+    controls = {"night": w.IntSlider(value=1, min=1, max=nights, description=_("night"), **s),
+                "k": w.IntSlider(value=k, min=1, max=len(adjustments[0]) - 1, description=_("items read out (K)"), **s)}
 
     def update(night, k):
         tr = ledger_trace(adjustments, k=k)
         t = night - 1
         col = tr.items.index(item)
         info = tr.night(t)
-        html = table([("read out tonight", ", ".join(info["chosen"])),
-                      (f"'{item}' in the ledger after tonight", f"{tr.after[t, col]:+.2f}"),
-                      (f"'{item}' heard so far, with the ledger", f"{tr.delivered(item)[t]:+.2f}"),
-                      (f"'{item}' heard so far, without", f"{tr.delivered(item, False)[t]:+.2f}"),
-                      (f"'{item}' in truth", f"{tr.truth(item)[t]:+.2f}")])
+        html = table([(_("read out tonight"), ", ".join(info["chosen"])),
+                      (_("'{item}' in the ledger after tonight").format(item=item), f"{tr.after[t, col]:+.2f}"),
+                      (_("'{item}' heard so far, with the ledger").format(item=item), f"{tr.delivered(item)[t]:+.2f}"),
+                      (_("'{item}' heard so far, without").format(item=item), f"{tr.delivered(item, False)[t]:+.2f}"),
+                      (_("'{item}' in truth").format(item=item), f"{tr.truth(item)[t]:+.2f}")])
         return html, lambda fig: ledger_night(tr, t, fig.subplots(1, 2), item=item)
 
-    return view(controls, update, figsize=(10, 3.6), title="The old ledger",
+    return view(controls, update, figsize=(10, 3.6), title=_("The old ledger"),
                 margins=dict(left=0.05, right=0.98, bottom=0.14, top=0.91, wspace=0.15))

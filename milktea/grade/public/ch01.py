@@ -1,4 +1,5 @@
 """Public tests of exercise 01 (the bottleneck): bytes and time of a ring all-reduce."""
+from ...i18n import N_
 from ..spec import Case, Task, number, several
 
 PARAMS = {
@@ -38,11 +39,11 @@ def _iteration_cases(rng, ref):
 
 
 TASKS = [
-    Task("01.1", "ring_allreduce_bytes", 2, "bytes each worker sends in a ring all-reduce",
+    Task("01.1", "ring_allreduce_bytes", 2, N_("bytes each worker sends in a ring all-reduce"),
          _bytes_cases, number(rtol=1e-9), PARAMS["ring_allreduce_bytes"]),
-    Task("01.2", "ring_allreduce_time", 2, "time of a ring all-reduce (alpha-beta model)",
+    Task("01.2", "ring_allreduce_time", 2, N_("time of a ring all-reduce (alpha-beta model)"),
          _time_cases, number(rtol=1e-9, atol=1e-15), PARAMS["ring_allreduce_time"]),
-    Task("01.3", "iteration_time", 2, "one training step and the share spent waiting",
+    Task("01.3", "iteration_time", 2, N_("one training step and the share spent waiting"),
          _iteration_cases, several(number(rtol=1e-9, atol=1e-15), number(rtol=1e-9, atol=1e-12),
                                    names=("seconds", "waiting fraction")), PARAMS["iteration_time"]),
 ]

@@ -1,6 +1,7 @@
 """Public tests of exercise 02 (compress the report): ratio from real bytes, error, speed-up."""
 import numpy as np
 
+from ...i18n import N_
 from ..spec import Case, Task, number, several
 
 DTYPES = (np.float16, np.float32, np.float64, np.int32, np.uint8, np.int8)
@@ -69,15 +70,15 @@ def _gather_cases(rng, ref):
 
 
 TASKS = [
-    Task("02.1", "compression_ratio", 2, "compression ratio from the real bytes on the wire",
+    Task("02.1", "compression_ratio", 2, N_("compression ratio from the real bytes on the wire"),
          _ratio_cases, number(rtol=1e-9), ("grad", "parts")),
-    Task("02.2", "relative_error", 2, "how much a lossy copy got wrong",
+    Task("02.2", "relative_error", 2, N_("how much a lossy copy got wrong"),
          _error_cases, number(rtol=1e-6, atol=1e-9), ("grad", "approx")),
-    Task("02.3", "speedup", 2, "the speed-up of one step from compressing",
+    Task("02.3", "speedup", 2, N_("the speed-up of one step from compressing"),
          _speedup_cases, number(rtol=1e-9), ("compute_s", "comm_s", "ratio", "codec_s")),
-    Task("02.4", "break_even_ratio", 2, "the smallest ratio that pays for its coding time",
+    Task("02.4", "break_even_ratio", 2, N_("the smallest ratio that pays for its coding time"),
          _break_even_cases, number(rtol=1e-9), ("compute_s", "comm_s", "codec_s")),
-    Task("02.5", "allgather_vs_ring", 3, "all-gathered packets against a ring all-reduce, and the break-even R",
+    Task("02.5", "allgather_vs_ring", 3, N_("all-gathered packets against a ring all-reduce, and the break-even R"),
          _gather_cases, several(number(rtol=1e-9, atol=1e-15), number(rtol=1e-9, atol=1e-15), number(rtol=1e-9),
                                 names=("t_ring", "t_gather", "break_even")),
          ("nbytes", "ratio", "workers", "alpha", "bandwidth")),

@@ -1,6 +1,7 @@
 """Public tests of exercise 03 (Top-K): threshold, sparsify, pack, unpack."""
 import numpy as np
 
+from ...i18n import N_
 from ..spec import Case, Task, array, number, several
 
 
@@ -28,12 +29,12 @@ def _unpack_cases(rng, ref):
 
 
 TASKS = [
-    Task("03.1", "topk_threshold", 2, "the Top-K threshold (the K-th largest magnitude)",
+    Task("03.1", "topk_threshold", 2, N_("the Top-K threshold (the K-th largest magnitude)"),
          _inputs, number(rtol=1e-6), ("x", "k")),
-    Task("03.2", "topk_sparsify", 2, "keep the K biggest changes, zero the rest",
+    Task("03.2", "topk_sparsify", 2, N_("keep the K biggest changes, zero the rest"),
          _inputs, array(same_dtype_as=0), ("x", "k")),
-    Task("03.3", "topk_pack", 2, "what goes on the wire: indices and values",
+    Task("03.3", "topk_pack", 2, N_("what goes on the wire: indices and values"),
          _inputs, several(array(dtype=np.int32), array(same_dtype_as=0), names=("indices", "values")), ("x", "k")),
-    Task("03.4", "topk_unpack", 2, "head office rebuilds the full report",
+    Task("03.4", "topk_unpack", 2, N_("head office rebuilds the full report"),
          _unpack_cases, array(same_dtype_as=1), ("indices", "values", "shape")),
 ]

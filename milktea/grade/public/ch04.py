@@ -1,6 +1,7 @@
 """Public tests of exercise 04 (error feedback): one step, a run, the quadratic demo."""
 import numpy as np
 
+from ...i18n import N_
 from ..spec import Case, Task, array, several
 
 
@@ -45,12 +46,12 @@ def _train_cases(rng, ref):
 
 _close = dict(rtol=1e-6, atol=1e-6)
 TASKS = [
-    Task("04.1", "ef_step", 3, "one step with the ledger",
+    Task("04.1", "ef_step", 3, N_("one step with the ledger"),
          _step_cases, several(array(same_dtype_as=0, **_close), array(same_dtype_as=0, **_close),
                               names=("sent", "new residual")), ("grad", "residual", "k")),
-    Task("04.2", "ef_run", 2, "many days: nothing is lost",
+    Task("04.2", "ef_run", 2, N_("many days: nothing is lost"),
          _run_cases, several(array(rtol=1e-9, atol=1e-9), array(rtol=1e-9, atol=1e-9),
                              names=("total sent", "residual")), ("grads", "k")),
-    Task("04.3", "train_quadratic", 3, "the shop's demo: Top-K with and without the ledger",
+    Task("04.3", "train_quadratic", 3, N_("the shop's demo: Top-K with and without the ledger"),
          _train_cases, array(rtol=1e-6, atol=1e-8), ("target", "k", "lr", "steps", "feedback")),
 ]

@@ -1,6 +1,7 @@
 """Public tests of exercise 05 (quantization): absmax int8, dequantize, stochastic, int4 packing."""
 import numpy as np
 
+from ...i18n import N_
 from ..spec import Case, Task, _num, array, byte_array, number, several, show
 
 
@@ -125,14 +126,14 @@ def _sign_compare(expected, got, args):
 
 
 TASKS = [
-    Task("05.1", "absmax_quantize", 3, "absmax quantization within half a step",
+    Task("05.1", "absmax_quantize", 3, N_("absmax quantization within half a step"),
          _quantize_cases, _quantize_compare, ("x", "bits")),
-    Task("05.2", "dequantize", 1, "codes back to numbers",
+    Task("05.2", "dequantize", 1, N_("codes back to numbers"),
          _dequantize_cases, array(dtype=np.float32, rtol=1e-6), ("codes", "scale")),
-    Task("05.3", "stochastic_quantize", 2, "stochastic rounding with given noise",
+    Task("05.3", "stochastic_quantize", 2, N_("stochastic rounding with given noise"),
          _stochastic_cases, _stochastic_compare, ("x", "scale", "u", "bits")),
-    Task("05.4", "pack_int4", 2, "two 4-bit codes per byte",
+    Task("05.4", "pack_int4", 2, N_("two 4-bit codes per byte"),
          _pack_cases, byte_array(), ("codes",)),
-    Task("05.5", "sign_ef_step", 3, "sign + scale with the ledger",
+    Task("05.5", "sign_ef_step", 3, N_("sign + scale with the ledger"),
          _sign_cases, _sign_compare, ("grad", "residual")),
 ]

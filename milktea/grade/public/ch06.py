@@ -1,6 +1,7 @@
 """Public tests of exercise 06 (engineering): 1-byte delta indices (delta8), the overlap timeline."""
 import numpy as np
 
+from ...i18n import N_
 from ..spec import Case, Task, array, byte_array, number, several, show
 
 
@@ -102,19 +103,19 @@ def _hook_compare(expected, got, args):
 
 
 TASKS = [
-    Task("06.1", "delta_encode", 3, "1-byte delta indices with escapes",
+    Task("06.1", "delta_encode", 3, N_("1-byte delta indices with escapes"),
          _index_sets, byte_array(), ("indices",)),
-    Task("06.2", "delta_decode", 2, "reading the deltas back",
+    Task("06.2", "delta_decode", 2, N_("reading the deltas back"),
          _decode_cases, _decode_compare, ("data",)),
-    Task("06.3", "overlap_timeline", 3, "phoning while working: the bucket timeline",
+    Task("06.3", "overlap_timeline", 3, N_("phoning while working: the bucket timeline"),
          _timelines, array(rtol=1e-9, atol=1e-12), ("backward_s", "comm_s")),
-    Task("06.4", "step_time", 2, "one step, in series or overlapped",
+    Task("06.4", "step_time", 2, N_("one step, in series or overlapped"),
          _step_cases, number(rtol=1e-9, atol=1e-12), ("forward_s", "backward_s", "comm_s", "overlap")),
-    Task("06.5", "accumulation_cost", 2, "time and bytes per sample, with and without no_sync()",
+    Task("06.5", "accumulation_cost", 2, N_("time and bytes per sample, with and without no_sync()"),
          _accumulation_cases, several(number(rtol=1e-9), number(rtol=1e-9), names=("seconds_per_sample", "bytes_per_sample")),
          ("compute_s", "comm_s", "grad_bytes", "micro_batch", "accumulate", "no_sync")),
-    Task("06.6", "power_step", 3, "one PowerSGD power step",
+    Task("06.6", "power_step", 3, N_("one PowerSGD power step"),
          _power_cases, array(rtol=1e-6, atol=1e-9), ("m", "q")),
-    Task("06.7", "run_hook", 3, "an fp16 communication hook, run on a fake bucket",
+    Task("06.7", "run_hook", 3, N_("an fp16 communication hook, run on a fake bucket"),
          _hook_cases, _hook_compare, ("grads",)),
 ]

@@ -1,0 +1,122 @@
+"""The Chinese exercises: generated from solutions/zh like the English ones, graded the same
+(same task ids, same points, same scores), with feedback in Chinese.
+
+The real solutions/zh twins are checked when present; the generator and the grader are
+checked here on a Chinese solution made from an English one by translating one markdown cell.
+"""
+import copy
+import json
+import shutil
+
+import pytest
+
+from _grade_helpers import CHAPTERS, EXERCISES, HIDDEN, SOLUTIONS, save, solution, with_cell
+from milktea.grade import make_exercises
+from milktea.grade.check import check_notebook
+from milktea.grade.classroom import _feedback, grade_class
+from milktea.grade.evaluate import grade_notebook
+from milktea.grade.notebook import cell_tasks, notebook_language, notebook_text, read_notebook
+from milktea.grade.prepare import prepare
+from milktea.grade.public import CHAPTERS as TASKS
+from milktea.grade.sandbox import Limits
+
+CHAPTER = "03_topk"
+ZH_SOLUTIONS = sorted((SOLUTIONS / "zh").glob("*.ipynb"))
+
+
+def _tasks(nb: dict) -> list[str]:
+    return [t for c in nb["cells"] for t in cell_tasks(c)]
+
+
+def _chinese(nb: dict) -> dict:
+    """`nb` with its first markdown cell told in Chinese (the rest as it is)."""
+    nb = copy.deepcopy(nb)
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "markdown")
+    cell["source"] = "# 练习 3：Top-K 稀疏化\n\n只保留绝对值最大的 K 个元素，其余置零；总部据此还原完整的报表。"
+    return nb
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """A copy of solutions/ with a Chinese solutions/zh/03_topk.ipynb, and the exercises
+    make_exercises writes from it."""
+    root = tmp_path_factory.mktemp("course")
+    shutil.copytree(SOLUTIONS, root / "solutions", ignore=shutil.ignore_patterns("zh"))
+    save(_chinese(solution(CHAPTER)), root / "solutions" / "zh" / f"{CHAPTER}.ipynb")
+    assert make_exercises.main(["--solutions", str(root / "solutions"), "--exercises", str(root / "exercises")]) == 0
+    return root
+
+
+def test_make_exercises_writes_the_chinese_edition(course):
+    zh = read_notebook(str(course / "exercises" / "zh" / f"{CHAPTER}.ipynb"))
+    en = read_notebook(str(course / "exercises" / f"{CHAPTER}.ipynb"))
+    assert (course / "exercises" / f"{CHAPTER}.ipynb").read_text() == (EXERCISES / f"{CHAPTER}.ipynb").read_text()
+    assert _tasks(zh) == _tasks(en) == [t.id for t in TASKS[CHAPTER]]
+    assert zh["metadata"]["milktea"]["lang"] == "zh" and "lang" not in en["metadata"]["milktea"]
+    assert [c["source"] for c in zh["cells"][1:]] == [c["source"] for c in en["cells"][1:]]
+    assert zh["cells"][0]["source"].startswith("# 练习 3")
+    assert notebook_language("anywhere/03_topk.ipynb", zh) == "zh"
+    assert notebook_language("exercises/03_topk.ipynb", en) == "en"
+    assert make_exercises.main(["--check", "--solutions", str(course / "solutions"),
+                                "--exercises", str(course / "exercises")]) == 0
+    (course / "exercises" / "zh" / f"{CHAPTER}.ipynb").write_text("{}")
+    assert make_exercises.main(["--check", "--solutions", str(course / "solutions"),
+                                "--exercises", str(course / "exercises")]) == 1
+    assert make_exercises.main(["--solutions", str(course / "solutions"), "--exercises", str(course / "exercises")]) == 0
+
+
+def test_chinese_solution_and_exercise_grade_like_the_english_ones(course):
+    prepared = prepare(CHAPTER, str(SOLUTIONS), str(HIDDEN), seed=5)
+    score = lambda path: [(t.id, t.points, t.score, t.kind) for t in grade_notebook(str(path), prepared).tasks]
+    en_sol, zh_sol = score(course / "solutions" / f"{CHAPTER}.ipynb"), score(course / "solutions" / "zh" / f"{CHAPTER}.ipynb")
+    assert zh_sol == en_sol == [(t.id, t.points, t.points, "") for t in TASKS[CHAPTER]]
+    en_ex, zh_ex = score(course / "exercises" / f"{CHAPTER}.ipynb"), score(course / "exercises" / "zh" / f"{CHAPTER}.ipynb")
+    assert zh_ex == en_ex and all(score == 0 for _, _, score, _ in zh_ex)
+
+
+WRONG = "import numpy as np\n\ndef topk_threshold(x, k):\n    return 0.0\n"
+
+
+def test_class_feedback_in_each_learners_language(course, tmp_path):
+    """Two learners hand in the same wrong answer, one in each edition: same scores, and each
+    feedback file in the language of its notebook (the folder is the student's name)."""
+    subs = tmp_path / "subs"
+    for student, path in (("zh", course / "exercises" / "zh" / f"{CHAPTER}.ipynb"),
+                          ("en", course / "exercises" / f"{CHAPTER}.ipynb")):
+        save(with_cell(read_notebook(str(path)), "03.1", WRONG), subs / student / f"{CHAPTER}.ipynb")
+    records = grade_class(str(subs), str(tmp_path / "out"), str(SOLUTIONS), str(HIDDEN), seed=7, progress=False,
+                          limits=Limits(task_seconds=3, submission_seconds=60, memory_mb=1024), chapter=CHAPTER)
+    scores = {s: [(t["name"].split()[0], t["score"], t["max_score"]) for t in r["tests"]] for s, r in records.items()}
+    assert scores["zh"] == scores["en"] and scores["zh"][0][1] < scores["zh"][0][2]
+    zh = (tmp_path / "out" / "feedback" / "zh.txt").read_text(encoding="utf-8")
+    en = (tmp_path / "out" / "feedback" / "en.txt").read_text(encoding="utf-8")
+    assert "zh 的反馈" in zh and "答案错误" in zh and "应为" in zh and "用例 '" in zh and "总分" in zh, zh
+    assert "Feedback for en" in en and "wrong answer" in en and "expected" in en and not any(
+        "\u4e00" <= ch <= "\u9fff" for ch in en), en
+
+
+def test_feedback_is_in_the_notebooks_language(course, capsys):
+    zh_ex = course / "exercises" / "zh" / f"{CHAPTER}.ipynb"
+    res = check_notebook(str(zh_ex), solutions=str(SOLUTIONS), seed=3)
+    out = capsys.readouterr().out
+    assert "用公开测试检查 03_topk.ipynb" in out and "尚未实现" in out and "公开测试得分：0/" in out
+    assert "Top-K 阈值" in out  # the task's title
+    check_notebook(str(course / "exercises" / f"{CHAPTER}.ipynb"), solutions=str(SOLUTIONS), seed=3)
+    out = capsys.readouterr().out
+    assert "Checking 03_topk.ipynb on the public tests" in out and "not implemented yet" in out
+    assert "总分" in _feedback("小明", [res], "zh") and "Total:" in _feedback("Ming", [res], "en")
+
+
+@pytest.mark.parametrize("path", ZH_SOLUTIONS, ids=lambda p: f"solutions/zh/{p.name}")
+def test_real_chinese_solution_has_the_english_tasks(path):
+    assert path.stem in CHAPTERS, f"solutions/zh/{path.name} has no English original"
+    assert _tasks(read_notebook(str(path))) == [t.id for t in TASKS[path.stem]]
+    made = notebook_text(make_exercises.exercise_from(read_notebook(str(path)), "zh"))
+    assert (EXERCISES / "zh" / path.name).read_text(encoding="utf-8") == made, \
+        "exercises/zh/ is out of date: run python -m milktea.grade.make_exercises"
+    assert json.loads(made)["metadata"]["milktea"]["lang"] == "zh"
+
+
+def test_every_chinese_exercise_has_a_chinese_solution():
+    for path in (EXERCISES / "zh").glob("*.ipynb"):
+        assert (SOLUTIONS / "zh" / path.name).exists(), f"exercises/zh/{path.name} has no solutions/zh/{path.name}"
