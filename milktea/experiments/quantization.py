@@ -47,7 +47,7 @@ def steps_of(packet: Packet) -> torch.Tensor:
     """The grid step (scale) each entry of a ``quant`` packet was rounded with."""
     if packet.codec != "quant":
         raise ValueError(f"steps_of needs a Quantize packet (codec 'quant'), got codec {packet.codec!r}")
-    _, chunk, _ = packet.params
+    chunk = packet.params[1]
     scales = from_bytes(packet.parts[1], torch.float32)
     return scales.repeat_interleave(chunk)[:packet.numel]
 
