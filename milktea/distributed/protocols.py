@@ -61,6 +61,8 @@ def protocol_of(compressor) -> str:
 
 def get(name: str) -> type:
     """The Protocol class registered under `name`."""
+    if name not in PROTOCOLS:    # the library's own protocols register when their module loads
+        from milktea.distributed import compressed_allreduce  # noqa: F401
     if name not in PROTOCOLS:
         raise ValueError(f"unknown protocol {name!r}; registered: {sorted(PROTOCOLS)} "
                          "(add one with milktea.distributed.protocols.register)")
