@@ -127,3 +127,23 @@ def test_checker_sees_through_magics():
     a = "%matplotlib inline\nx = 1"
     assert zh_parity.blanked(a) == zh_parity.blanked("%matplotlib inline\nx = 1  # 一")
     assert zh_parity.blanked(a) != zh_parity.blanked("%matplotlib widget\nx = 1")
+
+
+def test_the_chinese_readme_carries_every_command_and_code_line_of_the_readme():
+    """README.zh-CN.md says everything README.md says: every line of its code blocks (comments
+    aside, which are translated) appears in the Chinese README too."""
+    import re
+    root = Path(__file__).resolve().parents[1]
+
+    def code_lines(name):
+        text = (root / name).read_text(encoding="utf-8")
+        out = []
+        for block in re.findall(r"```\w+\n(.*?)```", text, re.S):
+            for line in block.splitlines():
+                line = re.split(r"\s#\s|^#", line)[0].strip()
+                if line:
+                    out.append(line)
+        return out
+    chinese = set(code_lines("README.zh-CN.md"))
+    missing = [line for line in code_lines("README.md") if line not in chinese]
+    assert not missing, "README.zh-CN.md lacks these lines of README.md's code blocks:\n  " + "\n  ".join(missing)
