@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from . import cost
+from .checks import check_number
 from .i18n import _
 from .tables import markdown_table
 from .timing import codec_seconds, median, time_it
@@ -129,9 +130,7 @@ class Advice:
 
 
 def _positive(name, v):
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} must be a number > 0, got {v!r}")
-    return float(v)
+    return check_number(v, name, 0, open_low=True)
 
 
 def advise(params: float, workers: int, gbit: float, compute_s: float, *, latency_us: float = 50.0,

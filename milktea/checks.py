@@ -77,9 +77,52 @@ def check_choice(value, choices, name: str):
     return value
 
 
-def check_positive_int(value, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+def check_int(value, name: str, low: int | None = None, high: int | None = None) -> int:
+    """`value` as an int: TypeError if it is not an integer (bool refused), ValueError if
+    it lies outside [low, high]. Every integer setting in the library is checked here.
+
+    >>> check_int(3, "steps", 1)
+    3
+    >>> check_int(0, "steps", 1)
+    Traceback (most recent call last):
+    ...
+    ValueError: steps must be >= 1, got 0
+    """
+    import numbers
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if low is not None and value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+    if high is not None and value > high:
+        raise ValueError(f"{name} must be <= {high}, got {value}")
     return value
+
+
+def check_number(value, name: str, low: float | None = None, high: float | None = None, *,
+                 open_low: bool = False, open_high: bool = False) -> float:
+    """`value` as a finite float: TypeError if it is not a real number (bool refused),
+    ValueError if it is NaN, infinite or outside the range (`open_low`: > low, not >=).
+
+    >>> check_number(0.5, "lr", 0, open_low=True)
+    0.5
+    >>> check_number(float("nan"), "lr")
+    Traceback (most recent call last):
+    ...
+    ValueError: lr must be finite, got nan
+    """
+    import numbers
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if low is not None and (value <= low if open_low else value < low):
+        raise ValueError(f"{name} must be {'>' if open_low else '>='} {low:g}, got {value:g}")
+    if high is not None and (value >= high if open_high else value > high):
+        raise ValueError(f"{name} must be {'<' if open_high else '<='} {high:g}, got {value:g}")
+    return value
+
+
+def check_positive_int(value, name: str, minimum: int = 1) -> int:
+    return check_int(value, name, minimum)

@@ -10,31 +10,21 @@ message, B: bandwidth in bytes per second). Collectives are chains of such messa
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .checks import check_int, check_number
 
 COLLECTIVES = ("allreduce", "allgather", "ps", "compressed_allreduce")
 
 
 def _number(name: str, value, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value}")
-    if value < 0 or (positive and value == 0):
-        raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}, got {value}")
-    return value
+    return check_number(value, name, 0, open_low=positive)
 
 
 def _workers(workers) -> int:
-    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)):
-        raise TypeError(f"workers must be an int, got {type(workers).__name__}")
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
-    return int(workers)
+    return check_int(workers, "workers", 1)
 
 
 @dataclass(frozen=True)

@@ -26,15 +26,12 @@ import math
 
 import torch
 
+from .checks import check_number
 from .distributed.compressed_allreduce import CompressedAllReduce, simulate_round
 
 
 def _check(name, v, low, high=None, *, closed=True):
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise TypeError(f"{name} must be a number, got {v!r}")
-    if v < low or (high is not None and (v > high if closed else v >= high)):
-        raise ValueError(f"{name} must be in [{low}, {high}{']' if closed else ')'}, got {v!r}")
-    return v
+    return check_number(v, name, low, high, open_high=not closed)
 
 
 class OneBitAdam:

@@ -20,14 +20,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from .checks import check_int
 
 
 def _int(name: str, value, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return int(value)
+    return check_int(value, name, low)
 
 
 def _check_dtype(dtype) -> torch.dtype:

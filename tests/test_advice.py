@@ -49,8 +49,10 @@ def test_codec_cost_can_make_dense_win():
 def test_bad_input_says_what_to_change():
     with pytest.raises(ValueError, match="workers must be an int >= 2"):
         advise(1e6, 1, 10, 0.1, codec_ns=FREE)
-    with pytest.raises(ValueError, match="gbit must be a number > 0"):
+    with pytest.raises(ValueError, match="gbit must be > 0, got 0"):
         advise(1e6, 4, 0, 0.1, codec_ns=FREE)
+    with pytest.raises(TypeError, match="gbit must be a number, got str"):   # a wrong type is a TypeError
+        advise(1e6, 4, "10", 0.1, codec_ns=FREE)
     with pytest.raises(ValueError, match="codec_ns must give"):
         options({"bf16": 1.0})
     with pytest.raises(ValueError, match="'measure'"):

@@ -2,28 +2,22 @@
 
     from milktea.distributed import launch, compress, EmulatedLink, compare
 
-Names load on first use, so `python -m milktea.distributed.<module>` and a worker that
-needs only the launcher import no more than they use.
+`launch` and `compare` are bound here, after their submodules of the same names load, so
+that the functions (not the modules) are what these names mean. NetnsLink loads on first
+use, so that `python -m milktea.distributed.netns` does not import its own module twice.
 """
-import importlib
+from milktea.distributed import compressed_allreduce  # noqa: F401  (registers its protocol)
+from milktea.distributed.compare import compare
+from milktea.distributed.hooks import CompressionState, compress
+from milktea.distributed.launch import WorkerError, WorkerHang, default_threads, launch
+from milktea.distributed.link import EmulatedLink
 
-_WHERE = {
-    "CompressionState": "milktea.distributed.hooks", "compress": "milktea.distributed.hooks",
-    "EmulatedLink": "milktea.distributed.link", "NetnsLink": "milktea.distributed.netns",
-    "WorkerError": "milktea.distributed.launch", "WorkerHang": "milktea.distributed.launch",
-    "default_threads": "milktea.distributed.launch", "launch": "milktea.distributed.launch",
-    "compare": "milktea.distributed.compare",
-}
-__all__ = sorted(_WHERE)
+__all__ = ["CompressionState", "EmulatedLink", "NetnsLink", "WorkerError", "WorkerHang", "compare", "compress",
+           "default_threads", "launch"]
 
 
 def __getattr__(name):
-    if name in _WHERE:
-        value = getattr(importlib.import_module(_WHERE[name]), name)
-        globals()[name] = value
-        return value
+    if name == "NetnsLink":
+        from milktea.distributed.netns import NetnsLink
+        return NetnsLink
     raise AttributeError(f"module 'milktea.distributed' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(list(globals()) + list(_WHERE))

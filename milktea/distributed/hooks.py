@@ -35,6 +35,7 @@ from milktea.distributed import protocols
 from milktea.distributed.comm import Comm
 from milktea.distributed.link import EmulatedLink
 from milktea.distributed.stats import StatsLog
+from milktea.checks import check_int
 
 STATE_FORMAT = 2
 
@@ -68,11 +69,7 @@ class BucketPlan:
 
 
 def _check_int(name, v, low):
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if v < low:
-        raise ValueError(f"{name} must be >= {low}, got {v}")
-    return v
+    return check_int(v, name, low)
 
 
 _LIVE: "weakref.WeakSet[CompressionState]" = weakref.WeakSet()
