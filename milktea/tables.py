@@ -1,5 +1,5 @@
-"""Rows of results (a list of dicts) as a table: markdown for notebooks, plain text for
-terminals.
+"""Rows of results (a list of dicts) as a table: markdown for notebooks, HTML for widgets,
+plain text for terminals (the benchmarks). The one place the library draws tables.
 
     >>> print(markdown_table([{"scheme": "int8", "R": 3.98}, {"scheme": "int4", "R": 7.9}]))
     | scheme | R |
@@ -29,6 +29,11 @@ COLUMNS = (
     N_("test accuracy"), N_("held-out accuracy"), N_("held-out loss"), N_("entries returned (largest n)"),
     N_("chosen tonight"), N_("read out"), N_("new"), N_("sum"), N_("ledger before"), N_("ledger after"),
     N_("measured variance / ||x||²"), N_("noise floor sqrt(var/60)"),
+    N_("run"), N_("warmup"), N_("accuracy"), N_("loss"), N_("bytes_per_step"), N_("diverged_at"),
+    N_("dense MB"), N_("allgather MB"), N_("compressed allreduce MB"), N_("dense s"), N_("allgather s"),
+    N_("compressed allreduce s"), N_("best"), N_("tensor"), N_("shape"), N_("share of numbers"),
+    N_("share of norm^2"), N_("zeros, 1 worker"), N_("zero rows, 1 worker"), N_("zeros, summed"),
+    N_("random matrix"), N_("kind"), N_("val loss"), N_("perplexity"), N_("wall s"),
 )
 
 
@@ -91,3 +96,19 @@ def html_table(rows: list[dict], columns: list[str] | None = None, digits: int =
     body = "".join("<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(fmt(r.get(c), digits))}</td>"
                                     for c in columns) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def text_table(rows: list[dict], columns: list[str]) -> str:
+    """A plain-text table for a terminal: one line per row, columns padded to fit.
+
+    >>> print(text_table([{"scheme": "int8", "R": 3.98}], ["scheme", "R"]))
+    scheme  R
+    ------  ----
+    int8    3.98
+    """
+    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+
+    def line(vals):
+        return "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()
+    return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
