@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 
 from milktea import cost
+from milktea.timing import median
 
 
 def predict_step(compute: dict, rec: dict, link: "cost.Link", workers: int) -> float:
@@ -24,8 +25,8 @@ def predict_step(compute: dict, rec: dict, link: "cost.Link", workers: int) -> f
 
 
 def _median(xs):
-    xs = sorted(xs)
-    return xs[len(xs) // 2] if xs else float("nan")
+    xs = list(xs)
+    return median(xs) if xs else float("nan")
 
 
 def _mean(xs):

@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from milktea.distributed import schemes
 from milktea.distributed.launch import progress
+from milktea.timing import median
 
 
 @dataclass
@@ -125,7 +126,7 @@ class ComputeProbe:
     def median(self, skip: int = 2) -> dict:
         """Median of each phase over the steps after `skip` warm-up steps."""
         rows = self.history[skip:] or self.history
-        return {k: sorted(r[k] for r in rows)[len(rows) // 2] for k in rows[0]}
+        return {k: median(r[k] for r in rows) for k in rows[0]}
 
 
 class Run:
@@ -297,7 +298,7 @@ def launch_timeouts(timeout: float) -> dict:
 def _print_summary(res: dict, log: str | None) -> None:
     s = res["stats"]
     tail = res["records"][-min(10, len(res["records"])):]
-    step_ms = 1e3 * sorted(r["step_s"] for r in tail)[len(tail) // 2]
+    step_ms = 1e3 * median(r["step_s"] for r in tail)
     print(f"{res['label']}: {res['workers']} workers, {res['params']:,} parameters, "
           f"{len(res['records'])} steps, {step_ms:.1f} ms/step, "
           f"{s.get('payload_bytes', 0) / 1e6:.3f} MB sent per step per worker (R={s.get('ratio', float('nan')):.1f}x), "

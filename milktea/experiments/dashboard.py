@@ -22,6 +22,7 @@ import torch
 
 from .. import cost
 from ..i18n import _
+from ..timing import median
 
 # How much a scheme asks of its user: (score 0..4, what it takes)
 COMPLEXITY = {
@@ -176,7 +177,7 @@ def stage_times(comparison, scheme: str, compressor=None, repeats: int = 3) -> l
             t3 = time.perf_counter()
             for k, dt in zip(t, (t1 - t0, t2 - t1, t3 - t2)):
                 t[k].append(dt)
-        med = {k: sorted(v)[len(v) // 2] for k, v in t.items()}
+        med = {k: median(v) for k, v in t.items()}
         stages.update(compress=(med["compress"], p.payload_nbytes), encode=(med["encode"], data.numel()),
                       decode=(med["decode"] * comparison.workers, dense_bytes))
     return [{"stage": s, "seconds": stages[s][0], "bytes": stages[s][1]} for s in STAGES]

@@ -19,6 +19,7 @@ from ..checks import check_grad, check_positive_int, check_ratio
 from ..i18n import _
 from ..compressors import TopK
 from ..timing import codec_seconds  # noqa: F401  (re-exported: the chapters call it from here)
+from ..timing import median
 
 
 @dataclass
@@ -94,7 +95,7 @@ def median_step(steps: list[dict], skip: int = 1) -> dict:
     rest = steps[skip:] or steps
     if not rest:
         raise ValueError("no measured steps")
-    return sorted(rest, key=lambda s: s["end"] - s["forward"][0])[len(rest) // 2]
+    return median(rest, key=lambda s: s["end"] - s["forward"][0])
 
 
 def measured_timeline(step: dict) -> cost.Timeline:
@@ -287,7 +288,7 @@ def repriced_times(comparison, link: cost.Link, keep_residual: bool = True) -> d
             if keep_residual and "step_s" in r:
                 t += r["step_s"] - predict_step(compute, r, comparison.model_link, comparison.workers)
             ts.append(t)
-        out[res["label"]] = sorted(ts)[len(ts) // 2]
+        out[res["label"]] = median(ts)
     return out
 
 
@@ -327,8 +328,8 @@ def model_errors(comparison) -> list[dict]:
         if "records" not in res:
             continue
         recs = res["records"][comparison.skip:] or res["records"]
-        priced = sorted(sum(cost.comm_time(n, comparison.workers, comparison.model_link, kind)
-                            for kind, n in r.get("ops") or []) for r in recs)[len(recs) // 2]
+        priced = median(sum(cost.comm_time(n, comparison.workers, comparison.model_link, kind)
+                            for kind, n in r.get("ops") or []) for r in recs)
         row = next(r for r in comparison.rows if r["label"] == res["label"])
         out.append({"scheme": res["label"], "measured ms": row["step_ms"], "predicted ms": row["predicted_ms"],
                     "model error": row["step_ms"] / row["predicted_ms"] - 1,
