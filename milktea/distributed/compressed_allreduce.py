@@ -150,28 +150,16 @@ class CompressedAllReduce:
     def state_dict(self) -> dict:
         """Both ledgers and every copy's state, random generators included, so that a
         restored worker rounds exactly as the one that saved it would have."""
-        from milktea.distributed.protocols import _generators
-
-        def one(s):
-            return {"state": s.state_dict() if hasattr(s, "state_dict") else {},
-                    "generators": {k: g.get_state() for k, g in _generators(s).items()}}
-        return {"numel": self.numel, "senders": [one(s) for s in self.senders], "server": one(self.server)}
+        return {"numel": self.numel, "senders": [protocols.coder_state(s) for s in self.senders],
+                "server": protocols.coder_state(self.server)}
 
     def load_state_dict(self, state: dict) -> None:
-        from milktea.distributed.protocols import _generators
         if len(state["senders"]) != self.workers:
             raise ValueError(f"saved state is for {len(state['senders'])} workers, this one has {self.workers}")
         if state["numel"] is not None:
             self._bounds_for(int(state["numel"]))
         for s, saved in zip(self.senders + [self.server], state["senders"] + [state["server"]]):
-            if hasattr(s, "load_state_dict") and saved["state"]:
-                s.load_state_dict(saved["state"])
-            gens = _generators(s)
-            for k, g in saved["generators"].items():
-                if k not in gens:
-                    raise ValueError(f"saved state has a random generator at {k!r}; this compressor has "
-                                     f"{sorted(gens) or 'none'}")
-                gens[k].set_state(g)
+            protocols.load_coder_state(s, saved)
 
     def __repr__(self) -> str:
         return (f"CompressedAllReduce({self.compressor!r}, rank {self.rank} of {self.workers}, "

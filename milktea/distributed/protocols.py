@@ -99,6 +99,26 @@ def _generators(obj, path="") -> dict:
     return out
 
 
+def coder_state(c) -> dict:
+    """One compressor copy's state for a checkpoint: its own `state_dict` (if it has one)
+    and the state of every random generator it holds, so a restored copy rounds exactly
+    as the saved one would have."""
+    return {"state": c.state_dict() if hasattr(c, "state_dict") else None,
+            "generators": {k: g.get_state() for k, g in _generators(c).items()}}
+
+
+def load_coder_state(c, saved: dict) -> None:
+    """Restore what `coder_state` returned into the copy `c`."""
+    if saved["state"] is not None:
+        c.load_state_dict(saved["state"])
+    gens = _generators(c)
+    for k, g in saved["generators"].items():
+        if k not in gens:
+            raise ValueError(f"saved state has a random generator at {k!r}; this compressor has "
+                             f"{sorted(gens) or 'none'}")
+        gens[k].set_state(g)
+
+
 class Protocol:
     """One way across the wire, for one rank of one hooked model.
 
@@ -140,21 +160,13 @@ class Protocol:
 
     # -- saving: everything keyed by parameter name ---------------------------------------
     def state_dict(self) -> dict:
-        coders = {}
-        for name, c in self.coders.items():
-            coders[name] = {"state": c.state_dict() if hasattr(c, "state_dict") else None,
-                            "generators": {k: g.get_state() for k, g in _generators(c).items()}}
-        return {"coders": coders, "residuals": {n: r.clone() for n, r in self.residuals.items()}}
+        return {"coders": {name: coder_state(c) for name, c in self.coders.items()},
+                "residuals": {n: r.clone() for n, r in self.residuals.items()}}
 
     def load_state_dict(self, state: dict, device=None) -> None:
         self.coders.clear()
         for name, saved in state["coders"].items():
-            c = self.coder(name)
-            if saved["state"] is not None:
-                c.load_state_dict(saved["state"])
-            gens = _generators(c)
-            for k, s in saved["generators"].items():
-                gens[k].set_state(s)
+            load_coder_state(self.coder(name), saved)
         self.residuals = {n: r.clone().to(device) if device is not None else r.clone()
                           for n, r in state["residuals"].items()}
 
