@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from ..compressors import Sign
-from ..onebit import OneBitAdam
+from ..experiments.quantization import onebit_adam
 from ..simulate import simulate
 from ..tasks import Digits
 from .timing import table
@@ -19,14 +19,16 @@ from .timing import table
 
 def run(workers: int = 4, steps: int = 150, warmup: int = 30, lr: float = 0.01, hidden: int = 32) -> list[dict]:
     task = Digits(hidden=hidden)
+    # Adam and 1-bit Adam: the same runs chapter 05 shows (experiments.quantization.onebit_adam)
+    adams, _rows = onebit_adam(task, workers=workers, steps=steps, warmups=(warmup,), lr=lr, eval_every=steps,
+                               device="cpu")
     base = dict(workers=workers, steps=steps, progress=False, device="cpu", eval_every=steps)
-    runs = [("Adam (dense all-reduce)", dict(optimizer=OneBitAdam(lr=lr, warmup=None))),
-            (f"1-bit Adam (warm-up {warmup})", dict(optimizer=OneBitAdam(lr=lr, warmup=warmup))),
-            ("Sign+EF SGD, momentum 0.9", dict(compressor=Sign(), lr=0.05, momentum=0.9)),
-            ("SGD (dense), momentum 0.9", dict(lr=0.05, momentum=0.9))]
+    sgds = [simulate(task, compressor=Sign(), lr=0.05, momentum=0.9, **base),
+            simulate(task, lr=0.05, momentum=0.9, **base)]
+    labels = ["Adam (dense all-reduce)", f"1-bit Adam (warm-up {warmup})", "Sign+EF SGD, momentum 0.9",
+              "SGD (dense), momentum 0.9"]
     rows = []
-    for label, kw in runs:
-        h = simulate(task, **base, **kw)
+    for label, h in zip(labels, adams + sgds):
         late = h.bytes_per_worker[warmup:]
         rows.append(dict(optimizer=label, accuracy=h.final("accuracy"), loss=h.final("loss"),
                          bytes_per_step_after_warmup=sum(late) / len(late),
