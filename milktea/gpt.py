@@ -32,7 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .tasks import Task, _check_dtype, _int, _seeded_init
+from .checks import check_int
+from .tasks import Task, _check_dtype, _seeded_init
 
 # Long-lived pure-Python modules (present from 3.8 to 3.13 at least), read in this order.
 STDLIB_FILES = ("abc.py", "bisect.py", "calendar.py", "colorsys.py", "contextlib.py", "copy.py", "csv.py",
@@ -178,7 +179,7 @@ class GPTConfig:
 
     def __post_init__(self):
         for name in ("vocab", "block", "n_layer", "n_head", "n_embd"):
-            _int(name, getattr(self, name), 1)
+            check_int(getattr(self, name), name, 1)
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
 
@@ -276,7 +277,7 @@ def sample(model: GPT, prompt: str = "def ", length: int = 80, temperature: floa
            seed: int = 0) -> str:
     """Continue `prompt` by `length` characters, drawn from the model's softmax at `temperature`
     (0: the most likely character each time)."""
-    _int("length", length, 0)
+    check_int(length, "length", 0)
     if not isinstance(temperature, (int, float)) or temperature < 0:
         raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
     gen = torch.Generator().manual_seed(seed)
@@ -309,20 +310,20 @@ class CharGPT(Task):
     def __init__(self, *, n_layer: int = 2, n_head: int = 4, n_embd: int = 96, block: int = 32, seed: int = 0,
                  source: str = "auto", max_val_windows: int | None = 256, dtype: torch.dtype = torch.float32):
         self.cfg = GPTConfig(VOCAB, block, n_layer, n_head, n_embd)
-        self.seed = _int("seed", seed, 0)
+        self.seed = check_int(seed, "seed", 0)
         self.dtype = _check_dtype(dtype)
         self.corpus = load_corpus(source)
         self.x_train, self.y_train = windows(encode(self.corpus.train), block)
         self.x_val, self.y_val = windows(encode(self.corpus.val), block)
         if max_val_windows is not None:       # evaluation in well under a second on a laptop
-            _int("max_val_windows", max_val_windows, 1)
+            check_int(max_val_windows, "max_val_windows", 1)
             self.x_val, self.y_val = self.x_val[:max_val_windows], self.y_val[:max_val_windows]
 
     def model(self) -> nn.Module:
         return _seeded_init(self.seed, lambda: GPT(self.cfg)).to(self.dtype)
 
     def shards(self, workers: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        workers = _int("workers", workers, 1)
+        workers = check_int(workers, "workers", 1)
         n = len(self.y_train)
         if workers > n:
             raise ValueError(f"workers must be <= {n} (one training window each at least), got {workers}")

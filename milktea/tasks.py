@@ -23,10 +23,6 @@ from torch import nn
 from .checks import check_int
 
 
-def _int(name: str, value, low: int) -> int:
-    return check_int(value, name, low)
-
-
 def _check_dtype(dtype) -> torch.dtype:
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch dtype (torch.float32, torch.float64), got {dtype!r}")
@@ -58,8 +54,8 @@ class Task:
 
     def shard(self, rank: int, workers: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The share of worker `rank` (0-based) out of `workers`."""
-        workers = _int("workers", workers, 1)
-        rank = _int("rank", rank, 0)
+        workers = check_int(workers, "workers", 1)
+        rank = check_int(rank, "rank", 0)
         if rank >= workers:
             raise ValueError(f"rank must be < workers ({workers}), got {rank}")
         return self.shards(workers)[rank]
@@ -101,12 +97,12 @@ class Quadratic(Task):
 
     def __init__(self, n_params: int = 1000, seed: int = 42, *, noise: float = 0.0, samples: int = 1,
                  dtype: torch.dtype = torch.float32):
-        self.n = _int("n_params", n_params, 1)
-        self.seed = _int("seed", seed, 0)
+        self.n = check_int(n_params, "n_params", 1)
+        self.seed = check_int(seed, "seed", 0)
         if not isinstance(noise, (int, float)) or isinstance(noise, bool) or not np.isfinite(noise) or noise < 0:
             raise ValueError(f"noise must be a number >= 0, got {noise!r}")
         self.noise = float(noise)
-        self.samples = _int("samples", samples, 1)
+        self.samples = check_int(samples, "samples", 1)
         self.dtype = _check_dtype(dtype)
         self.optimal = torch.from_numpy(np.random.RandomState(self.seed).randn(self.n)).to(dtype)
 
@@ -114,7 +110,7 @@ class Quadratic(Task):
         return QuadraticModel(self.n, self.dtype)
 
     def shards(self, workers: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        workers = _int("workers", workers, 1)
+        workers = check_int(workers, "workers", 1)
         if self.noise == 0:
             return [(self.optimal[None].clone(), torch.zeros(1)) for _ in range(workers)]
         rng = np.random.RandomState(self.seed + 1)
@@ -162,8 +158,8 @@ class Digits(Task):
     def __init__(self, hidden: int = 32, *, seed: int = 0, test_size: float = 0.2, noniid: bool = False,
                  dtype: torch.dtype = torch.float32):
         from sklearn.model_selection import train_test_split
-        self.hidden = _int("hidden", hidden, 0)
-        self.seed = _int("seed", seed, 0)
+        self.hidden = check_int(hidden, "hidden", 0)
+        self.seed = check_int(seed, "seed", 0)
         if not isinstance(test_size, float) or not 0 < test_size < 1:
             raise ValueError(f"test_size must be a float in (0, 1), got {test_size!r}")
         self.noniid = bool(noniid)
@@ -185,7 +181,7 @@ class Digits(Task):
         return _seeded_init(self.seed, build).to(self.dtype)
 
     def shards(self, workers: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        workers = _int("workers", workers, 1)
+        workers = check_int(workers, "workers", 1)
         n = len(self.y_train)
         if workers > n:
             raise ValueError(f"workers must be <= {n} (one training example each at least), got {workers}")

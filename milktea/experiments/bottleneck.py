@@ -17,7 +17,7 @@ import torch
 
 from .. import cost
 from ..i18n import N_, _
-from ..tasks import _int
+from ..checks import check_int
 
 # Parameter counts of well-known models (public figures, rounded).
 MODELS = {"ResNet-50": 25.6e6, "BERT-large": 340e6, "GPT-2 XL": 1.5e9, "GPT-3": 175e9}
@@ -78,7 +78,7 @@ def gradient_table(models: dict[str, float] | None = None, workers: int = 64,
 def scaling(nbytes: float, workers: list[int] | np.ndarray, link: cost.Link, servers: int = 1) -> dict:
     """Ring all-reduce vs parameter server as the number of workers grows: seconds per
     exchange and bytes through the busiest link (a ring worker's vs the server's)."""
-    ns = [_int("workers", int(n), 1) for n in workers]
+    ns = [check_int(int(n), "workers", 1) for n in workers]
     return {"workers": np.array(ns),
             "ring_time": np.array([cost.ring_allreduce_time(nbytes, n, link) for n in ns]),
             "ps_time": np.array([cost.parameter_server_time(nbytes, n, link, servers) for n in ns]),
@@ -181,7 +181,7 @@ def measure_local_allreduce(sizes=DEFAULT_SIZES, workers: int = 2, repeats: int 
         from ..distributed import launch
     except ImportError as e:     # the multi-process runtime is a separate part of the package
         raise ImportError(f"measure_local_allreduce needs milktea.distributed (the multi-process runtime): {e}") from e
-    _int("workers", workers, 2), _int("repeats", repeats, 1)
+    check_int(workers, "workers", 2), check_int(repeats, "repeats", 1)
     sizes = [int(s) for s in sizes]
     if len(set(sizes)) < 2 or min(sizes) < 4:
         raise ValueError(f"need at least 2 distinct sizes of >= 4 bytes, got {sizes}")
@@ -212,7 +212,7 @@ def phone_night(branches: int = 64, lines: int = 5000, lines_per_second: float =
                 work_hours: float = 0.5) -> PhoneNight:
     """The story in the cost model's units: a report of `lines` lines read at
     `lines_per_second` down one phone line per shop (one line = one unit of data)."""
-    _int("branches", branches, 1), _int("lines", lines, 1)
+    check_int(branches, "branches", 1), check_int(lines, "lines", 1)
     line = cost.Link(bandwidth=lines_per_second)
     ps = cost.parameter_server_time(lines, branches, line) / 3600
     ring = cost.ring_allreduce_time(lines, branches, line) / 3600

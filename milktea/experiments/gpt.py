@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch.func import functional_call, grad, vmap
 
-from ..tasks import _int
+from ..checks import check_int
 from .tables import markdown_table
 
 TINY = 1024          # the DDP hook's default min_size: smaller tensors cross dense
@@ -78,7 +78,7 @@ def warm_up(task=None, steps: int = 20, batch: int = 32, lr: float = 0.1, moment
     """The task's model after `steps` of dense SGD on minibatches of `batch` windows: a
     model part-way through training, whose gradients are typical of the run."""
     task = _task(task)
-    _int("steps", steps, 0), _int("batch", batch, 1)
+    check_int(steps, "steps", 0), check_int(batch, "batch", 1)
     model = task.model()
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     x, y = task.x_train, task.y_train
@@ -137,7 +137,7 @@ def gradient_stats(task=None, *, workers: int = 8, batch: int = 4, rank: int = 4
     `workers` workers' gradient on `batch` windows of its shard, and their sum. `rank` is
     the r of the top-r energy (PowerSGD's rank). A few seconds on 2 CPU cores."""
     task = _task(task)
-    _int("workers", workers, 1), _int("batch", batch, 1), _int("rank", rank, 1)
+    check_int(workers, "workers", 1), check_int(batch, "batch", 1), check_int(rank, "rank", 1)
     model = warm_up(task, warmup_steps, seed=seed)
     grads = worker_gradients(task, model, *worker_batches(task, workers, batch, seed))
     total_numel = sum(g[0].numel() for g in grads.values())

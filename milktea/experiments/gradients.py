@@ -12,7 +12,8 @@ from functools import lru_cache
 
 import torch
 
-from ..tasks import Digits, _int
+from ..checks import check_int
+from ..tasks import Digits
 
 
 @lru_cache(maxsize=4)
@@ -39,8 +40,8 @@ def layer_gradients(hidden: int = 128, warmup_steps: int = 30, batch: int = 64,
     `warmup_steps` steps of SGD (lr 0.1, minibatches of `batch`): a gradient from the
     middle of a real training run, per parameter tensor (float32, CPU). Cached; every
     call returns fresh copies."""
-    _int("hidden", hidden, 1), _int("warmup_steps", warmup_steps, 0)
-    _int("batch", batch, 1), _int("seed", seed, 0)
+    check_int(hidden, "hidden", 1), check_int(warmup_steps, "warmup_steps", 0)
+    check_int(batch, "batch", 1), check_int(seed, "seed", 0)
     return {k: v.clone() for k, v in _layer_gradients(hidden, warmup_steps, batch, seed).items()}
 
 

@@ -20,7 +20,8 @@ from ..compressors import Compressor, TopK
 from ..feedback import ErrorFeedback
 from ..index import ENCODINGS
 from ..simulate import History, simulate
-from ..tasks import Digits, Quadratic, Task, _int
+from ..checks import check_int
+from ..tasks import Digits, Quadratic, Task
 
 ITEMS = ("pearls", "sugar", "tea", "ice", "milk", "foam")
 
@@ -29,7 +30,7 @@ def shop_adjustments(nights: int = 12, seed: int = 3) -> tuple[tuple[str, ...], 
     """One branch's taste adjustments, night by night: three big noisy items, one small
     steady one (customers want a little less ice, +0.3 every night) and two small noisy
     ones. Returns (item names, array [nights, items])."""
-    _int("nights", nights, 1), _int("seed", seed, 0)
+    check_int(nights, "nights", 1), check_int(seed, "seed", 0)
     rng = np.random.RandomState(seed)
     scale = np.array([1.0, 0.9, 0.7, 0.0, 0.1, 0.05])
     mean = np.array([0.0, 0.0, 0.0, 0.3, 0.0, 0.0])
@@ -101,7 +102,7 @@ def ledger_trace(adjustments=None, k: int = 2, compressor: Compressor | None = N
 
 def bits_to_address(n: int) -> int:
     """Bits an absolute index needs to name one of n positions: ceil(log2 n)."""
-    _int("n", n, 1)
+    check_int(n, "n", 1)
     return max(1, math.ceil(math.log2(n)))
 
 
