@@ -112,3 +112,12 @@ def test_transformer_mix_counts_what_the_model_holds():
     assert mix["effective ratio"] == pytest.approx(1 / (d + (1 - d) / 50))
     gpt2 = transformer_mix()
     assert 124e6 < gpt2["params"] < 164e6 and gpt2["effective ratio"] > 95    # dense LayerNorms cost little
+
+
+def test_close_to_dense_keeps_runs_near_dense_that_did_not_diverge():
+    rows = [{"scheme": "dense", "val loss": 2.0, "diverged": False},
+            {"scheme": "a", "val loss": 2.15, "diverged": False},
+            {"scheme": "b", "val loss": 2.3, "diverged": False},
+            {"scheme": "c", "val loss": 1.9, "diverged": True}]
+    assert [r["scheme"] for r in xg.close_to_dense(rows, tolerance=0.2)] == ["a"]
+    assert [r["scheme"] for r in xg.close_to_dense(rows, tolerance=0.5)] == ["a", "b"]

@@ -108,6 +108,10 @@ class GradientStats:
                 return r
         raise KeyError(f"no tensor {name!r}; the model has {[r['tensor'] for r in self.rows]}")
 
+    def of_kind(self, kind: str) -> list[dict]:
+        """The rows of one kind ("sparse rows", "low rank", "tiny", "dense")."""
+        return [r for r in self.rows if r["kind"] == kind]
+
     def by_kind(self) -> dict[str, dict]:
         """Per kind: how many tensors, their share of the numbers and of the squared norm."""
         out: dict[str, dict] = {}
@@ -193,6 +197,13 @@ def side_by_side(task=None, schemes=None, *, workers: int = 4, steps: int = 30, 
                      "accuracy": h.final("accuracy"), "R": h.ratio, "wall s": h.wall_time,
                      "diverged": h.diverged_at is not None, "history": h})
     return rows
+
+
+def close_to_dense(rows: list[dict], tolerance: float = 0.2) -> list[dict]:
+    """side_by_side's compressed runs that did not diverge and ended within `tolerance`
+    of dense's validation loss (rows[0] is dense)."""
+    dense = rows[0]["val loss"]
+    return [r for r in rows[1:] if not r["diverged"] and r["val loss"] <= dense + tolerance]
 
 
 def runs_table(rows: list[dict], digits: int = 3) -> str:
