@@ -138,3 +138,11 @@ def test_repricing_on_the_runs_own_link_gives_the_measured_step():
     rows = dashboard.repriced(comp, 100.0)
     assert rows[1]["speedup"] == pytest.approx(curves["sign"][1])
     assert cost.Link.gbit(100.0).bandwidth > link.bandwidth
+
+
+def test_protocols_by_workers_refuses_a_packet_no_smaller_than_the_gradient():
+    from milktea.experiments.engineering import protocols_by_workers
+    with pytest.raises(ValueError, match="ratio must be > 1"):
+        protocols_by_workers(1e6, 1.0)
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        protocols_by_workers(1e6, 10.0, workers=(0,))

@@ -94,3 +94,10 @@ def test_on_two_gloo_ranks():
         dense, late = res["wire"][0], res["wire"][-1]
         assert dense == res["n"] * 4 * 2 * (2 - 1) / 2          # warm-up: a ring all-reduce of fp32
         assert late < dense / 10                                 # then 1 bit per entry (plus headers)
+
+
+def test_onebit_adam_experiment_refuses_warmups_it_cannot_run():
+    from milktea.experiments.quantization import onebit_adam
+    for bad in ((), (0,), (12,), (True,), (2.5,)):
+        with pytest.raises(ValueError, match="warmups"):
+            onebit_adam(steps=12, warmups=bad, device="cpu")
