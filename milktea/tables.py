@@ -98,17 +98,46 @@ def html_table(rows: list[dict], columns: list[str] | None = None, digits: int =
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def text_table(rows: list[dict], columns: list[str]) -> str:
+def text_table(rows: list[dict], columns: list[str], formats: dict[str, str] | None = None,
+               right=(), note: str | None = None) -> str:
     """A plain-text table for a terminal: one line per row, columns padded to fit.
 
     >>> print(text_table([{"scheme": "int8", "R": 3.98}], ["scheme", "R"]))
     scheme  R
     ------  ----
     int8    3.98
+
+    A column named in `formats` uses that str.format pattern (a cell that is None or ""
+    stays blank), the others str(); the columns in `right` are aligned right (numbers).
+    A row that holds a text under the key `note` shows its first cell, then that text in
+    place of the other cells (e.g. why a run has no figures):
+
+    >>> rows = [{"scheme": "int8", "R": 3.98}, {"scheme": "int4", "R": 7.9},
+    ...         {"scheme": "sign", "error": "crashed"}]
+    >>> print(text_table(rows, ["scheme", "R"], formats={"R": "{:.1f}x"}, right=["R"], note="error"))
+    scheme     R
+    ------  ----
+    int8    4.0x
+    int4    7.9x
+    sign    crashed
     """
-    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    formats, right = formats or {}, set(right)
+    unknown = [c for c in (*formats, *right) if c not in columns]
+    if unknown:
+        raise ValueError(f"formats and right name columns that are not shown: {unknown}; columns are {columns}")
+
+    def cell(row, c):
+        v = row.get(c)
+        if v is None or (isinstance(v, str) and not v):
+            return ""
+        return formats[c].format(v) if c in formats else str(v)
+
+    noted = [note is not None and bool(r.get(note)) for r in rows]
+    cells = [[cell(r, c) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row, n in zip(cells, noted) if not n or i == 0])
+              for i, c in enumerate(columns)]
 
     def line(vals):
-        return "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()
-    return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
+        return "  ".join(v.rjust(w) if c in right else v.ljust(w) for v, w, c in zip(vals, widths, columns)).rstrip()
+    body = [f"{row[0].ljust(widths[0])}  {r[note]}" if n else line(row) for row, r, n in zip(cells, rows, noted)]
+    return "\n".join([line(columns), line(["-" * w for w in widths])] + body)

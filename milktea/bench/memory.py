@@ -24,6 +24,8 @@ import argparse
 import json
 import os
 
+from ..tables import text_table
+
 SCHEMES = ("dense", "torch-fp16", "torch-powersgd", "topk", "sign", "int8", "powersgd")
 TARGETS = {"topk": 1.3, "sign": 1.3, "int8": 0.6, "powersgd": 1.2}   # x model size, at most
 ALLOCATORS = {"release": {"MALLOC_MMAP_THRESHOLD_": "131072"}, "glibc default": {}}
@@ -123,22 +125,24 @@ def run(schemes_=SCHEMES, hidden: int = 337_000, steps: int = 4, workers: int = 
 
 
 def table(rows: list[dict], workers: int) -> str:
+    """`run`'s rows as text: each allocator setting's figure, the target and whether it holds."""
     model_mb = rows[0]["model_bytes"] / 1e6
     allocators = list(rows[0]["over_ddp_x"])
     check = "release" if "release" in allocators else allocators[0]
-    lines = [f"extra peak memory per rank over plain DDP (x the model's {model_mb:.1f} MB of float32), {workers} ranks, "
-             "the rank that needs the most; targets checked with freed memory released",
-             f"{'scheme':<26}" + "".join(f"{a:>16}" for a in allocators) + f"{'target':>9}  ",
-             "-" * (26 + 16 * len(allocators) + 20)]
+    shown = []
     for r in rows:
-        if "error" in r:
-            lines.append(f"{r['label']:<26}  not measured: {r['error'][:80]}")
-            continue
         t = r.get("target_x")
-        verdict = "" if t is None else ("ok" if r["over_ddp_x"][check] <= t else "MISSED")
-        lines.append(f"{r['label']:<26}" + "".join(f"{r['over_ddp_x'][a]:>15.2f}x" for a in allocators)
-                     + f"{'' if t is None else f'<= {t:g}x':>9}  {verdict}")
-    return "\n".join(lines)
+        row = {"scheme": r["label"], "target": t, **r["over_ddp_x"]}
+        if "error" in r:
+            row["error"] = f"not measured: {r['error'][:80]}"
+        elif t is not None:
+            row["verdict"] = "ok" if r["over_ddp_x"][check] <= t else "MISSED"
+        shown.append(row)
+    formats = {a: "{:.2f}x" for a in allocators} | {"target": "<= {:g}x"}
+    return (f"extra peak memory per rank over plain DDP (x the model's {model_mb:.1f} MB of float32), {workers} ranks, "
+            "the rank that needs the most; targets checked with freed memory released\n"
+            + text_table(shown, ["scheme", *allocators, "target", "verdict"], formats, right=[*allocators, "target"],
+                         note="error"))
 
 
 def main(argv=None) -> int:

@@ -2,12 +2,18 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass
 
 from milktea import cost
+from milktea.tables import text_table
 from milktea.timing import median
+
+# Comparison.table's figures: heading -> (key in Comparison.rows, format)
+_FIGURES = {"step ms": ("step_ms", "{:.1f}"), "speedup": ("speedup", "{:.2f}x"), "MB/step": ("payload_mb", "{:.3f}"),
+            "ratio": ("ratio", "{:.1f}x"), "model ms": ("predicted_ms", "{:.1f}"),
+            "model err": ("model_error", "{:+.1%}"), "codec ms": ("codec_ms", "{:.1f}"),
+            "loss": ("train_loss", "{:.3f}"), "test acc": ("accuracy", "{:.2%}")}
 
 
 def predict_step(compute: dict, rec: dict, link: "cost.Link", workers: int) -> float:
@@ -85,19 +91,11 @@ class Comparison:
                  f"{1e3 * c['forward_s']:.1f} ms, backward {1e3 * c['backward_s']:.1f} ms, "
                  f"optimizer {1e3 * c['optimizer_s']:.1f} ms (step times: median after {self.skip} warm-up steps)",
                  ""]
-        head = (f"{'scheme':<36}{'step ms':>9}{'speedup':>9}{'MB/step':>10}{'ratio':>8}"
-                f"{'model ms':>10}{'model err':>10}{'codec ms':>9}{'loss':>8}{'test acc':>9}")
-        lines += [head, "-" * len(head)]
-        notes = []
-        for r in self.rows:
-            if "error" in r:
-                lines.append(f"{r['label']:<36}{'not run (see note)':>30}")
-                notes.append(f"{r['label']}: {r['error']}")
-                continue
-            lines.append(f"{r['label']:<36}{r['step_ms']:>9.1f}{r.get('speedup', math.nan):>8.2f}x"
-                         f"{r['payload_mb']:>10.3f}{r['ratio']:>7.1f}x{r['predicted_ms']:>10.1f}"
-                         f"{100 * r['model_error']:>+9.1f}%{r['codec_ms']:>9.1f}{r['train_loss']:>8.3f}"
-                         f"{100 * r['accuracy']:>8.2f}%")
+        shown = [{"scheme": r["label"], "error": "not run (see note)" if "error" in r else None,
+                  **{head: r.get(key) for head, (key, _f) in _FIGURES.items()}} for r in self.rows]
+        lines.append(text_table(shown, ["scheme", *_FIGURES], {head: f for head, (_k, f) in _FIGURES.items()},
+                                right=_FIGURES, note="error"))
+        notes = [f"{r['label']}: {r['error']}" for r in self.rows if "error" in r]
         for res in self.results:
             if res.get("decisions"):
                 d = res["decisions"]

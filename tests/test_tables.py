@@ -1,0 +1,78 @@
+"""The terminal tables: text_table, and the two reports that print through it (the DDP
+comparison and the memory benchmark), built here from made-up results (no processes)."""
+import pytest
+
+from milktea import cost
+from milktea.bench import memory
+from milktea.distributed.report import Comparison
+from milktea.tables import text_table
+
+
+def _column(text: str, heading: str) -> list[str]:
+    """The cells under `heading`, as wide as its rule of dashes (so alignment shows)."""
+    lines = text.splitlines()
+    i = next(n for n, line in enumerate(lines) if heading in line and set(lines[n + 1]) <= {"-", " "})
+    rule, last = lines[i + 1], lines[i].index(heading) + len(heading) - 1
+    start, end = rule.rfind(" ", 0, last) + 1, rule.find(" ", last)
+    return [line[start:end if end >= 0 else None] for line in lines[i + 2:]]
+
+
+def test_text_table_formats_aligns_and_keeps_noted_rows():
+    rows = [{"scheme": "int8", "R": 3.98, "note": ""}, {"scheme": "powersgd", "R": 120.0},
+            {"scheme": "sign", "note": "crashed: out of memory"}]
+    text = text_table(rows, ["scheme", "R"], formats={"R": "{:.1f}x"}, right=["R"], note="note")
+    lines = text.splitlines()
+    assert lines[0] == "scheme         R"
+    assert lines[2:4] == ["int8        4.0x", "powersgd  120.0x"]       # numbers right-aligned
+    assert lines[4] == "sign      crashed: out of memory"                # the note does not widen R
+    assert text_table([], ["scheme", "R"]).splitlines() == ["scheme  R", "------  -"]
+    assert text_table([{"a": None, "b": ""}], ["a", "b"], formats={"b": "{:.1f}"}).split("\n")[2] == ""
+
+
+def test_text_table_refuses_columns_it_does_not_show():
+    with pytest.raises(ValueError, match="not shown"):
+        text_table([{"a": 1}], ["a"], formats={"b": "{}"})
+    with pytest.raises(ValueError, match="not shown"):
+        text_table([{"a": 1}], ["a"], right=["b"])
+
+
+def _records(step_s, payload, ratio):
+    return [{"step_s": step_s, "predicted_s": 0.8 * step_s, "payload_bytes": payload, "ratio": ratio,
+             "comm_s": 1e-3, "compress_s": 5e-4, "decode_s": 5e-4, "loss": 0.5} for _ in range(6)]
+
+
+def test_comparison_table_shows_every_figure_and_the_failed_scheme():
+    results = [{"scheme": "dense", "label": "dense all-reduce", "records": _records(0.02, 4e6, 1.0),
+                "final": {"loss": 0.4, "accuracy": 0.9512}, "params": 1_000_000},
+               {"scheme": "topk", "label": "Top-1%+EF", "records": _records(0.005, 8e4, 50.0),
+                "final": {"loss": 0.45, "accuracy": 0.93}, "params": 1_000_000},
+               {"scheme": "sign", "label": "Sign+EF", "error": "WorkerError: rank 1 died"}]
+    c = Comparison(results, cost.Link.gbit(1), {"forward_s": 1e-3, "backward_s": 2e-3, "optimizer_s": 5e-4},
+                   "this machine", 2, "gloo", {"steps": 6, "batch": 32})
+    text = c.table()
+    assert "2 workers (gloo), 1.00M parameters, 6 steps of 32 examples" in text
+    assert "forward 1.0 ms, backward 2.0 ms, optimizer 0.5 ms" in text
+    assert _column(text, "step ms")[:2] == ["   20.0", "    5.0"]          # right-aligned
+    assert _column(text, "speedup")[:2] == ["  1.00x", "  4.00x"]
+    assert _column(text, "MB/step")[:2] == ["  4.000", "  0.080"]
+    assert _column(text, "ratio")[:2] == [" 1.0x", "50.0x"]
+    assert _column(text, "model err")[:2] == ["   +25.0%", "   +25.0%"]
+    assert _column(text, "test acc")[:2] == ["  95.12%", "  93.00%"]
+    assert "\nSign+EF           not run (see note)\n" in text
+    assert "note: Sign+EF: WorkerError: rank 1 died" in text
+
+
+def test_memory_table_checks_targets_and_keeps_failed_schemes():
+    def row(name, label, x, target=None, **extra):
+        return {"scheme": name, "label": label, "model_bytes": 100e6, "target_x": target,
+                "extra_bytes": {}, "over_ddp_x": x, **extra}
+    rows = [row("plain DDP", "plain DDP (no hook)", {"release": 0.0, "glibc default": 0.0}),
+            row("topk", "Top-1%+EF", {"release": 1.234, "glibc default": 2.5}, 1.3),
+            row("int8", "int8", {"release": 0.9, "glibc default": 12.5}, 0.6),
+            row("sign", "Sign+EF", {}, 1.3, error="WorkerError: rank 1 died")]
+    text = memory.table(rows, workers=2)
+    assert "the model's 100.0 MB of float32), 2 ranks" in text
+    assert _column(text, "glibc default")[:3] == ["        0.00x", "        2.50x", "       12.50x"]
+    assert _column(text, "target")[1:3] == ["<= 1.3x", "<= 0.6x"]
+    assert [line.split()[-1] for line in text.splitlines()[4:6]] == ["ok", "MISSED"]
+    assert text.splitlines()[-1] == "Sign+EF              not measured: WorkerError: rank 1 died"
