@@ -31,10 +31,18 @@ def median(xs: Iterable, key: Callable | None = None):
 
 
 def time_it(fn: Callable[[], object], repeat: int = 5, warmup: int = 1,
-            sync: Callable[[], None] | None = None) -> list[float]:
+            sync: Callable[[], None] | None = None, before: Callable[[], object] | None = None) -> list[float]:
     """Seconds of each of `repeat` calls of fn(), after `warmup` untimed calls (JIT,
     allocations, caches). `sync` is called before and after each timed call, e.g.
-    torch.cuda.synchronize, so that queued GPU work is counted.
+    torch.cuda.synchronize, so that queued GPU work is counted. `before` is called, untimed,
+    before each timed call (and before `sync`), e.g. a barrier so that every rank starts
+    together, or to set up the input that fn() consumes.
+
+    >>> calls = []
+    >>> len(time_it(lambda: calls.append("fn"), repeat=2, warmup=0, before=lambda: calls.append("before")))
+    2
+    >>> calls
+    ['before', 'fn', 'before', 'fn']
 
     >>> time_it(lambda: None, repeat=0)
     Traceback (most recent call last):
@@ -50,6 +58,8 @@ def time_it(fn: Callable[[], object], repeat: int = 5, warmup: int = 1,
         fn()
     times = []
     for _ in range(repeat):
+        if before:
+            before()
         if sync:
             sync()
         t0 = time.perf_counter()

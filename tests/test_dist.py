@@ -147,6 +147,13 @@ def test_emulated_link_makes_collectives_take_what_the_link_would():
     assert res["logged"] > 0.02 and res["torch_logged"] == 1 and res["untouched"]
 
 
+def test_measure_allreduce_takes_the_fastest_try_of_the_slowest_rank():
+    out = launch(w.measured_allreduce, 2, args=(1e-3,), results="all", timeout=120)
+    assert out[0]["sizes"] == [4096, 2 << 20] and out[0]["tries"] == [6, 2]   # small messages: 3x
+    assert out[0]["times"] == out[1]["times"]                                 # every rank agrees
+    assert all(t >= 0.02 for t in out[0]["times"])                            # rank 1's, the slowest
+
+
 # --- entry points -------------------------------------------------------------------------
 def _run(cmd, timeout=170):
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")

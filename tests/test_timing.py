@@ -34,6 +34,15 @@ def test_time_it_warms_up_then_times_each_call():
     assert len(syncs) == 8          # before and after each timed call
 
 
+def test_time_it_runs_before_untimed_ahead_of_each_try():
+    import time
+    calls = []
+    times = time_it(lambda: calls.append("fn"), repeat=3, warmup=1, sync=lambda: calls.append("sync"),
+                    before=lambda: (calls.append("before"), time.sleep(0.05)))
+    assert calls == ["fn"] + ["before", "sync", "fn", "sync"] * 3    # warm-up calls fn alone
+    assert max(times) < 0.05                                          # the sleep is not counted
+
+
 @pytest.mark.parametrize("kwargs, error", [({"repeat": 0}, ValueError), ({"warmup": -1}, ValueError),
                                            ({"repeat": 2.0}, TypeError), ({"repeat": True}, TypeError)])
 def test_time_it_rejects_bad_counts(kwargs, error):

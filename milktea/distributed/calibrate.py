@@ -5,14 +5,13 @@
 """
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.distributed as dist
 
 from milktea import cost
 from milktea.distributed.comm import Comm
 from milktea.distributed.link import EmulatedLink
+from milktea.timing import time_it
 
 # The fit weighs relative errors: one small message for the latency, three large ones (up
 # to 32 MiB) so that per-call overheads on a fast local link do not blur the bandwidth.
@@ -26,18 +25,13 @@ def measure_allreduce(sizes=DEFAULT_SIZES, repeats: int = 3, emulated: EmulatedL
     small messages get 3x the tries), on the slowest rank. Call on every rank at once."""
     comm = Comm(group, emulated)
     device = device or torch.device("cpu")
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
     out = []
     for nbytes in sizes:
         t = torch.ones(max(1, int(nbytes) // 4), device=device)
-        comm.all_reduce(t)   # warm-up: connections, allocations
-        times = []
-        for _ in range(repeats * (3 if nbytes <= 1 << 20 else 1)):
-            dist.barrier(group=group)
-            t0 = time.perf_counter()
-            comm.all_reduce(t)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            times.append(time.perf_counter() - t0)
+        # one untimed call first (connections, allocations); every try starts at a barrier
+        times = time_it(lambda t=t: comm.all_reduce(t), repeat=repeats * (3 if nbytes <= 1 << 20 else 1),
+                        warmup=1, sync=sync, before=lambda: dist.barrier(group=group))
         # every rank must agree: take the slowest rank's figure
         best = torch.tensor([min(times)], dtype=torch.float64)
         dist.all_reduce(best, op=dist.ReduceOp.MAX, group=group)

@@ -22,7 +22,7 @@ import torch
 
 from .. import cost
 from ..i18n import _
-from ..timing import median
+from ..timing import median, time_it
 
 # How much a scheme asks of its user: (score 0..4, what it takes)
 COMPLEXITY = {
@@ -165,19 +165,11 @@ def stage_times(comparison, scheme: str, compressor=None, repeats: int = 3) -> l
         stages.update(compress=(0.0, dense_bytes), encode=(0.0, dense_bytes), decode=(0.0, dense_bytes))
     else:
         x = torch.randn(numel, generator=torch.Generator().manual_seed(0))
-        compressor.decompress(compressor.compress(x))          # warm-up
-        t = {"compress": [], "encode": [], "decode": []}
-        for _rep in range(repeats):
-            t0 = time.perf_counter()
-            p = compressor.compress(x)
-            t1 = time.perf_counter()
-            data = p.to_tensor()
-            t2 = time.perf_counter()
-            compressor.decompress(Packet.from_tensor(data))
-            t3 = time.perf_counter()
-            for k, dt in zip(t, (t1 - t0, t2 - t1, t3 - t2)):
-                t[k].append(dt)
-        med = {k: median(v) for k, v in t.items()}
+        med = {"compress": median(time_it(lambda: compressor.compress(x), repeat=repeats))}
+        p = compressor.compress(x)
+        data = p.to_tensor()
+        med["encode"] = median(time_it(p.to_tensor, repeat=repeats))
+        med["decode"] = median(time_it(lambda: compressor.decompress(Packet.from_tensor(data)), repeat=repeats))
         stages.update(compress=(med["compress"], p.payload_nbytes), encode=(med["encode"], data.numel()),
                       decode=(med["decode"] * comparison.workers, dense_bytes))
     return [{"stage": s, "seconds": stages[s][0], "bytes": stages[s][1]} for s in STAGES]

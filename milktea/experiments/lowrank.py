@@ -8,12 +8,11 @@
 """
 from __future__ import annotations
 
-import time
-
 import torch
 
 from .. import cost
 from ..compressors import PowerSGD, TopK, orthonormalize
+from ..timing import time_it
 
 
 def _matrix(m) -> torch.Tensor:
@@ -136,12 +135,7 @@ def step_cost(shapes, workers: int, link: cost.Link, rank: int, repeats: int = 5
     t_p = cost.ring_allreduce_time(p_bytes, workers, link)
     t_q = cost.ring_allreduce_time(q_bytes, workers, link)
     ps = [torch.randn(m, min(rank, m, n)) for m, n in shapes]
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for p in ps:
-            orthonormalize(p)
-        best = min(best, time.perf_counter() - t0)
+    best = min(time_it(lambda: [orthonormalize(p) for p in ps], repeat=repeats, warmup=0))
     return {"dense bytes": dense_bytes, "PowerSGD bytes": p_bytes + q_bytes,
             "R": dense_bytes / (p_bytes + q_bytes), "dense all-reduce s": cost.ring_allreduce_time(dense_bytes, workers, link),
             "all-reduce of P s": t_p, "all-reduce of Q s": t_q, "orthonormalise s (this machine)": best,

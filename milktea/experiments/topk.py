@@ -10,8 +10,6 @@ much of the gradient they carry.
 """
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -22,6 +20,7 @@ from .. import index as index_codec
 from ..checks import check_grad, check_k, check_ratio
 from ..compressors import TopK
 from ..device import pick_device
+from ..timing import median, time_it
 
 
 def selectors(k: int) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
@@ -90,7 +89,7 @@ def time_selection(sizes=(10_000, 100_000, 1_000_000), density: float = 0.01, re
         finally:
             torch.set_num_threads(old)
     device = pick_device() if device is None else torch.device(device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
     gen = torch.Generator().manual_seed(seed)
     res = SelectionTiming([int(n) for n in sizes], density, str(device), torch.get_num_threads())
     for n in res.sizes:
@@ -99,15 +98,9 @@ def time_selection(sizes=(10_000, 100_000, 1_000_000), density: float = 0.01, re
         for name, fn in selectors(k).items():
             if name == "partition" and device.type != "cpu":
                 continue        # a GPU tensor would be copied to the host first: not a fair race
-            fn(x)
-            sync()
-            ts = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                out = fn(x)
-                sync()
-                ts.append(time.perf_counter() - t0)
-            res.times.setdefault(name, []).append(statistics.median(ts))
+            out = fn(x)   # the warm-up call; its count is reported
+            ts = time_it(lambda fn=fn, x=x: fn(x), repeat=repeats, warmup=0, sync=sync)
+            res.times.setdefault(name, []).append(median(ts))
             res.counts.setdefault(name, []).append(int(out.numel()))
     return res
 
