@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from . import cost
-from .checks import check_number
+from .checks import check_int, check_number
 from .i18n import _
 from .tables import markdown_table
 from .timing import codec_seconds, median, time_it
@@ -54,7 +54,7 @@ def transformer_shapes(params: float, aspect: int = 128) -> list[tuple[int, int]
     >>> len(shapes) // 6, shapes[0]
     (19, (2368, 2368))
     """
-    params = _positive("params", params)
+    params = check_number(params, "params", 0, open_low=True)
     layers = max(1, round((params / (12 * aspect ** 2)) ** (1 / 3)))
     d = max(64, 64 * round(math.sqrt(params / (12 * layers)) / 64))
     return [(d, d)] * 4 * layers + [(d, 4 * d), (4 * d, d)] * layers
@@ -129,10 +129,6 @@ class Advice:
                f"ceiling {self.ceiling:.2f}x)"
 
 
-def _positive(name, v):
-    return check_number(v, name, 0, open_low=True)
-
-
 def advise(params: float, workers: int, gbit: float, compute_s: float, *, latency_us: float = 50.0,
            overlap: bool = True, buckets: int = 8, layer_shapes=None, powersgd_rank: int = 4,
            codec_ns: dict | str = "measure", tolerance: float = 0.1, small_share: float = 0.1) -> Advice:
@@ -147,9 +143,9 @@ def advise(params: float, workers: int, gbit: float, compute_s: float, *, latenc
     `[p.shape for p in model.parameters()]`, for PowerSGD's ratio (default: a standard
     transformer of `params` parameters, `transformer_shapes`).
     """
-    params, gbit, compute_s = _positive("params", params), _positive("gbit", gbit), _positive("compute_s", compute_s)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 2:
-        raise ValueError(f"workers must be an int >= 2 (one worker has nothing to exchange), got {workers!r}")
+    params, gbit = check_number(params, "params", 0, open_low=True), check_number(gbit, "gbit", 0, open_low=True)
+    compute_s = check_number(compute_s, "compute_s", 0, open_low=True)
+    workers = check_int(workers, "workers", 2)   # one worker has nothing to exchange
     link = cost.Link.gbit(gbit, latency_us * 1e-6)
     nbytes = cost.gradient_bytes(params)
     rows = []
@@ -206,7 +202,7 @@ def memory_bound_codecs(mem_gbps: float = 2000.0) -> dict:
     >>> round(memory_bound_codecs(2000)["topk1%+EF"], 4)    # 16 bytes at 2 TB/s
     0.008
     """
-    mem_gbps = _positive("mem_gbps", mem_gbps)
+    mem_gbps = check_number(mem_gbps, "mem_gbps", 0, open_low=True)
     return {name: b / mem_gbps for name, b in BYTES_MOVED.items()}
 
 

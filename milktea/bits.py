@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from .checks import check_choice
+
 SUPPORTED_BITS = (1, 2, 4, 8)
 
 # For `per` codes of `bits` bits held one per byte in a little-endian integer,
@@ -27,18 +29,13 @@ def packed_size(n: int, bits: int) -> int:
     return (n * bits + 7) // 8
 
 
-def _check_bits(bits: int) -> None:
-    if bits not in SUPPORTED_BITS:
-        raise ValueError(f"bits must be one of {SUPPORTED_BITS}, got {bits}")
-
-
 def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
     """Pack uint8 codes (each < 2**bits) into a uint8 tensor of packed_size bytes.
 
     >>> pack(torch.tensor([1, 0, 1, 1], dtype=torch.uint8), 1)
     tensor([13], dtype=torch.uint8)
     """
-    _check_bits(bits)
+    check_choice(bits, SUPPORTED_BITS, "bits")
     if codes.dtype != torch.uint8:
         raise TypeError(f"codes must be uint8, got {codes.dtype}")
     codes = codes.reshape(-1)
@@ -64,7 +61,7 @@ def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
 
 def unpack(packed: torch.Tensor, bits: int, n: int) -> torch.Tensor:
     """Inverse of :func:`pack`: the first n codes as a uint8 tensor."""
-    _check_bits(bits)
+    check_choice(bits, SUPPORTED_BITS, "bits")
     if packed.dtype != torch.uint8:
         raise TypeError(f"packed must be uint8, got {packed.dtype}")
     if packed.numel() < packed_size(n, bits):

@@ -19,14 +19,6 @@ from .checks import check_int, check_number
 COLLECTIVES = ("allreduce", "allgather", "ps", "compressed_allreduce")
 
 
-def _number(name: str, value, *, positive: bool = False) -> float:
-    return check_number(value, name, 0, open_low=positive)
-
-
-def _workers(workers) -> int:
-    return check_int(workers, "workers", 1)
-
-
 @dataclass(frozen=True)
 class Link:
     """One network link: `bandwidth` in bytes per second (beta = 1/bandwidth), `latency` in
@@ -41,17 +33,17 @@ class Link:
     latency: float = 0.0
 
     def __post_init__(self):
-        object.__setattr__(self, "bandwidth", _number("bandwidth (bytes/s)", self.bandwidth, positive=True))
-        object.__setattr__(self, "latency", _number("latency (seconds)", self.latency))
+        object.__setattr__(self, "bandwidth", check_number(self.bandwidth, "bandwidth (bytes/s)", 0, open_low=True))
+        object.__setattr__(self, "latency", check_number(self.latency, "latency (seconds)", 0))
 
     @classmethod
     def gbit(cls, gbit_per_s: float, latency: float = 50e-6) -> "Link":
         """A link of `gbit_per_s` Gbit/s (1 Gbit/s = 125e6 bytes/s) and `latency` seconds."""
-        return cls(_number("gbit_per_s", gbit_per_s, positive=True) * 125e6, latency)
+        return cls(check_number(gbit_per_s, "gbit_per_s", 0, open_low=True) * 125e6, latency)
 
     def transfer_time(self, nbytes) -> float:
         """Seconds to send one message of `nbytes` bytes: alpha + nbytes / B."""
-        return self.latency + _number("nbytes", nbytes) / self.bandwidth
+        return self.latency + check_number(nbytes, "nbytes", 0) / self.bandwidth
 
     def __repr__(self) -> str:
         return f"Link({self.bandwidth / 125e6:.2f} Gbit/s, {self.latency * 1e6:.0f} us)"
@@ -66,7 +58,7 @@ def _check_link(link) -> Link:
 def ring_allreduce_time(nbytes, workers: int, link: Link) -> float:
     """Ring all-reduce of an `nbytes` tensor: 2(N-1) steps, each moving M/N bytes.
     Time = 2(N-1) alpha + 2(N-1)/N * M / B, and 0 for a single worker."""
-    M, N, link = _number("nbytes", nbytes), _workers(workers), _check_link(link)
+    M, N, link = check_number(nbytes, "nbytes", 0), check_int(workers, "workers", 1), _check_link(link)
     if N == 1:
         return 0.0
     return 2 * (N - 1) * link.latency + 2 * (N - 1) / N * M / link.bandwidth
@@ -76,7 +68,8 @@ def allgather_time(nbytes_per_worker, workers: int, link: Link) -> float:
     """Ring all-gather where every worker contributes `nbytes_per_worker` bytes (e.g. its
     sparse packet): N-1 steps, each forwarding one worker's message.
     Time = (N-1) alpha + (N-1) M / B."""
-    M, N, link = _number("nbytes_per_worker", nbytes_per_worker), _workers(workers), _check_link(link)
+    M, N = check_number(nbytes_per_worker, "nbytes_per_worker", 0), check_int(workers, "workers", 1)
+    link = _check_link(link)
     return (N - 1) * (link.latency + M / link.bandwidth)
 
 
@@ -84,9 +77,8 @@ def parameter_server_time(nbytes, workers: int, link: Link, servers: int = 1) ->
     """Push then pull through the servers' links: every worker pushes M bytes and pulls M
     bytes, spread over `servers` shards whose links are the bottleneck.
     Time = 2 N M / (servers B) + 2 alpha."""
-    M, N, link = _number("nbytes", nbytes), _workers(workers), _check_link(link)
-    if isinstance(servers, bool) or not isinstance(servers, (int, np.integer)) or servers < 1:
-        raise ValueError(f"servers must be an int >= 1, got {servers!r}")
+    M, N, link = check_number(nbytes, "nbytes", 0), check_int(workers, "workers", 1), _check_link(link)
+    servers = check_int(servers, "servers", 1)
     return 2 * N * M / (servers * link.bandwidth) + 2 * link.latency
 
 
@@ -100,7 +92,7 @@ def compressed_allreduce_time(nbytes, workers: int, link: Link) -> float:
     >>> [round(compressed_allreduce_time(1e6, n, link) * 1e3, 2) for n in (2, 64, 1024)]
     [0.9, 7.88, 103.9]
     """
-    M, N, link = _number("nbytes", nbytes), _workers(workers), _check_link(link)
+    M, N, link = check_number(nbytes, "nbytes", 0), check_int(workers, "workers", 1), _check_link(link)
     if N == 1:
         return 0.0
     return 2 * (N - 1) * (link.latency + M / N / link.bandwidth)
@@ -108,14 +100,14 @@ def compressed_allreduce_time(nbytes, workers: int, link: Link) -> float:
 
 def allgather_bytes(nbytes_per_worker, workers: int) -> float:
     """Bytes each worker sends in a ring all-gather: (N-1) packets of M (it forwards the others')."""
-    M, N = _number("nbytes_per_worker", nbytes_per_worker), _workers(workers)
+    M, N = check_number(nbytes_per_worker, "nbytes_per_worker", 0), check_int(workers, "workers", 1)
     return (N - 1) * M
 
 
 def compressed_allreduce_bytes(nbytes, workers: int) -> float:
     """Bytes each worker sends in a compressed all-reduce of an `nbytes` compressed gradient:
     N-1 chunks out, then its reduced chunk to N-1 workers: 2(N-1)/N * M, under 2M for any N."""
-    M, N = _number("nbytes", nbytes), _workers(workers)
+    M, N = check_number(nbytes, "nbytes", 0), check_int(workers, "workers", 1)
     return 2 * (N - 1) / N * M
 
 
@@ -158,7 +150,7 @@ def choose_protocol(nbytes, workers: int, link: Link, *, reduced_nbytes=None) ->
 
 def ring_allreduce_bytes(nbytes, workers: int) -> float:
     """Bytes each worker sends in a ring all-reduce: 2(N-1)/N * M (close to 2M for large N)."""
-    M, N = _number("nbytes", nbytes), _workers(workers)
+    M, N = check_number(nbytes, "nbytes", 0), check_int(workers, "workers", 1)
     return 2 * (N - 1) / N * M
 
 
@@ -168,7 +160,7 @@ def gradient_bytes(params, bytes_per_param: int = 4) -> int:
     >>> gradient_bytes(175e9) / 1e9    # a 175B-parameter model, fp32 gradient, in GB
     700.0
     """
-    p, b = _number("params", params), _number("bytes_per_param", bytes_per_param, positive=True)
+    p, b = check_number(params, "params", 0), check_number(bytes_per_param, "bytes_per_param", 0, open_low=True)
     return int(round(p * b))
 
 
@@ -207,15 +199,14 @@ def iteration_time(compute, comm, *, overlap: bool = False, buckets: int | None 
     >>> iteration_time(0.2, 3.0), iteration_time(0.2, 3.0, overlap=True, buckets=4)
     (3.2, 3.05)
     """
-    c, m = _number("compute", compute), _number("comm", comm)
+    c, m = check_number(compute, "compute", 0), check_number(comm, "comm", 0)
     if not overlap:
         if buckets is not None:
             raise ValueError("buckets only matters with overlap=True")
         return c + m
     if buckets is None:
         return max(c, m)
-    if isinstance(buckets, bool) or not isinstance(buckets, (int, np.integer)) or buckets < 1:
-        raise ValueError(f"buckets must be an int >= 1, got {buckets!r}")
+    buckets = check_int(buckets, "buckets", 1)
     return max(c, m) + min(c, m) / buckets
 
 
@@ -225,7 +216,7 @@ def waiting_fraction(compute, comm) -> float:
     >>> round(waiting_fraction(0.2, 3.0), 4)   # 0.2 s of work, 3 s on the phone
     0.9375
     """
-    c, m = _number("compute", compute), _number("comm", comm)
+    c, m = check_number(compute, "compute", 0), check_number(comm, "comm", 0)
     if c + m == 0:
         raise ValueError("compute and comm are both 0: nothing to divide")
     return m / (c + m)
@@ -295,11 +286,11 @@ def overlapped_timeline(backward_times, comm_times, forward=0.0) -> Timeline:
     >>> overlapped_timeline([1, 1, 1], [2, 2, 2]).total    # 1 + 2 + 2 + 2
     7.0
     """
-    b = [_number("backward_times[i]", t) for t in backward_times]
-    c = [_number("comm_times[i]", t) for t in comm_times]
+    b = [check_number(t, "backward_times[i]", 0) for t in backward_times]
+    c = [check_number(t, "comm_times[i]", 0) for t in comm_times]
     if len(b) != len(c) or not b:
         raise ValueError(f"need one comm time per backward bucket (>= 1), got {len(b)} and {len(c)}")
-    f = _number("forward", forward)
+    f = check_number(forward, "forward", 0)
     now, link_free, back, comm = f, 0.0, [], []
     for tb, tc in zip(b, c):
         back.append((now, now + tb))
@@ -337,7 +328,7 @@ def calibrate(sizes_bytes, times_s, workers: int, collective: str = "allreduce")
     >>> calibrate(sizes, [ring_allreduce_time(m, 4, link) for m in sizes], 4)
     Link(8.00 Gbit/s, 20 us)
     """
-    N = _workers(workers)
+    N = check_int(workers, "workers", 1)
     m, t = _timing_points(sizes_bytes, times_s)
     if collective in ("allreduce", "compressed_allreduce"):     # the same alpha and beta counts
         if N == 1:
@@ -371,7 +362,7 @@ def fit_allreduce_link(sizes_bytes, times_s, workers: int) -> Link:
     >>> fit_allreduce_link([1e3, 1e7], [ring_allreduce_time(m, 4, Link(1e9, 20e-6)) for m in (1e3, 1e7)], 4)
     Link(8.00 Gbit/s, 20 us)
     """
-    N = _workers(workers)
+    N = check_int(workers, "workers", 1)
     m, t = _timing_points(sizes_bytes, times_s)   # checked here: the fallback below must not see bad points
     if N == 1:
         raise ValueError("a 1-worker all-reduce sends nothing: calibrate with workers >= 2")
@@ -417,10 +408,9 @@ def scissors(years: float = 10, compute_growth: float = 2.0, bandwidth_growth: f
     >>> round(float(scissors(10).gap[-1]))    # 2^10 / 1.2^10
     165
     """
-    years = _number("years", years, positive=True)
-    cg = _number("compute_growth", compute_growth, positive=True)
-    bg = _number("bandwidth_growth", bandwidth_growth, positive=True)
-    if isinstance(points, bool) or not isinstance(points, int) or points < 2:
-        raise ValueError(f"points must be an int >= 2, got {points!r}")
+    years = check_number(years, "years", 0, open_low=True)
+    cg = check_number(compute_growth, "compute_growth", 0, open_low=True)
+    bg = check_number(bandwidth_growth, "bandwidth_growth", 0, open_low=True)
+    points = check_int(points, "points", 2)
     t = np.linspace(0.0, years, points)
     return Scissors(t, cg ** t, bg ** t)

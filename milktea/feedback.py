@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from .checks import check_grad, check_ratio
+from .checks import check_grad, check_int, check_number, check_ratio
 from .compressors import Compressor, TopK
 from .compressors.base import PIECE
 from .packet import Packet
@@ -165,20 +165,15 @@ class DGC(ErrorFeedback):
                  start_ratio: float = 0.25, approximate: bool = True, seed: int = 0, *,
                  momentum_correction: bool = True, masking: bool = True, clip: float | None = None):
         super().__init__(TopK(ratio, approximate=approximate, seed=seed))
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
-        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
+        check_number(momentum, "momentum", 0.0, 1.0, open_high=True)
+        check_int(warmup_steps, "warmup_steps", 0)
         for name, flag in (("momentum_correction", momentum_correction), ("masking", masking)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be True or False, got {flag!r}")
-        if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float))
-                                 or not math.isfinite(clip) or clip <= 0):
-            raise ValueError(f"clip must be None or a positive finite norm, got {clip!r}")
         self.final_ratio, self.momentum = check_ratio(ratio), momentum
         self.warmup_steps, self.start_ratio = warmup_steps, check_ratio(start_ratio)
         self.momentum_correction, self.masking = momentum_correction, masking
-        self.clip = None if clip is None else float(clip)
+        self.clip = None if clip is None else check_number(clip, "clip", 0, open_low=True)
         self.velocity: torch.Tensor | None = None
 
     def __repr__(self) -> str:

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checks import check_int
+from .checks import check_int, check_number
 from .tasks import Task, _check_dtype, _seeded_init
 
 # Long-lived pure-Python modules (present from 3.8 to 3.13 at least), read in this order.
@@ -278,8 +278,7 @@ def sample(model: GPT, prompt: str = "def ", length: int = 80, temperature: floa
     """Continue `prompt` by `length` characters, drawn from the model's softmax at `temperature`
     (0: the most likely character each time)."""
     check_int(length, "length", 0)
-    if not isinstance(temperature, (int, float)) or temperature < 0:
-        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    check_number(temperature, "temperature", 0)
     gen = torch.Generator().manual_seed(seed)
     p = next(model.parameters())
     idx = encode(prompt or "\n").to(p.device)[None]

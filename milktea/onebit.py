@@ -26,12 +26,8 @@ import math
 
 import torch
 
-from .checks import check_number
+from .checks import check_int, check_number
 from .distributed.compressed_allreduce import CompressedAllReduce, simulate_round
-
-
-def _check(name, v, low, high=None, *, closed=True):
-    return check_number(v, name, low, high, open_high=not closed)
 
 
 class OneBitAdam:
@@ -46,14 +42,12 @@ class OneBitAdam:
     def __init__(self, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, warmup: int | None = 100,
                  compressor=None, error_feedback: bool = True):
         from .compressors import Compressor, Sign
-        self.lr = _check("lr", lr, 0.0)
+        self.lr = check_number(lr, "lr", 0.0)
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise TypeError(f"betas must be a pair (b1, b2), got {betas!r}")
-        self.betas = tuple(_check(f"betas[{i}]", b, 0.0, 1.0, closed=False) for i, b in enumerate(betas))
-        self.eps = _check("eps", eps, 0.0)
-        if warmup is not None and (isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1):
-            raise ValueError(f"warmup must be an int >= 1 (steps of plain Adam) or None, got {warmup!r}")
-        self.warmup = warmup
+        self.betas = tuple(check_number(b, f"betas[{i}]", 0.0, 1.0, open_high=True) for i, b in enumerate(betas))
+        self.eps = check_number(eps, "eps", 0.0)
+        self.warmup = None if warmup is None else check_int(warmup, "warmup", 1)   # steps of plain Adam
         self.compressor = Sign() if compressor is None else compressor
         if not isinstance(self.compressor, Compressor):
             raise TypeError(f"compressor must be a milktea Compressor, got {type(self.compressor).__name__}")

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch.func import functional_call, grad, vmap
 
+from .checks import check_int, check_number
 from .device import pick_device
 from .tasks import Digits, Quadratic, Task  # noqa: F401  (Digits: for the examples)
 
@@ -123,16 +124,11 @@ def _check(task, compressor, workers, steps, lr, batch, momentum, seed, eval_eve
         raise TypeError(f"compressor must be a milktea Compressor (e.g. TopK(ratio=0.01)) or a ledger "
                         f"(ErrorFeedback, DGC), got {type(compressor).__name__}")
     for name, v, low in (("workers", workers, 1), ("steps", steps, 1), ("seed", seed, 0), ("eval_every", eval_every, 1)):
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-        if v < low:
-            raise ValueError(f"{name} must be >= {low}, got {v}")
-    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
-        raise ValueError(f"batch must be an int >= 1 or None (each worker's whole shard), got {batch!r}")
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
-        raise ValueError(f"lr must be a number > 0, got {lr!r}")
-    if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0 <= momentum < 1:
-        raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
+        check_int(v, name, low)
+    if batch is not None:   # None: each worker's whole shard
+        check_int(batch, "batch", 1)
+    check_number(lr, "lr", 0, open_low=True)
+    check_number(momentum, "momentum", 0, 1, open_high=True)
 
 
 def _stack_shards(shards, device):

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from .checks import check_int
+from .checks import check_int, check_number
 
 
 def _check_dtype(dtype) -> torch.dtype:
@@ -99,9 +99,7 @@ class Quadratic(Task):
                  dtype: torch.dtype = torch.float32):
         self.n = check_int(n_params, "n_params", 1)
         self.seed = check_int(seed, "seed", 0)
-        if not isinstance(noise, (int, float)) or isinstance(noise, bool) or not np.isfinite(noise) or noise < 0:
-            raise ValueError(f"noise must be a number >= 0, got {noise!r}")
-        self.noise = float(noise)
+        self.noise = check_number(noise, "noise", 0)
         self.samples = check_int(samples, "samples", 1)
         self.dtype = _check_dtype(dtype)
         self.optimal = torch.from_numpy(np.random.RandomState(self.seed).randn(self.n)).to(dtype)

@@ -293,6 +293,20 @@ def nan_gradient():
         torch.nn.functional.cross_entropy(model(x), y).backward()
 
 
+def hook_refusals():
+    """What the hook says to settings it cannot take: [exception type, message] per try."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from milktea.distributed import hooks
+    from milktea.compressors import TopK
+    model, out = DDP(_net()), []
+    for kw in ({"start_step": -1}, {"min_size": 1.5}, {"min_size": True}, {"policy": "sometimes"}):
+        try:
+            hooks.compress(model, TopK(0.1), **kw)
+        except (TypeError, ValueError) as e:
+            out.append([type(e).__name__, str(e)])
+    return out
+
+
 def shaped_allreduce(nbytes):
     """Inside network namespaces: time a dense all-reduce, calibrate the cost model."""
     import time as _t

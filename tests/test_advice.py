@@ -47,8 +47,10 @@ def test_codec_cost_can_make_dense_win():
 
 
 def test_bad_input_says_what_to_change():
-    with pytest.raises(ValueError, match="workers must be an int >= 2"):
+    with pytest.raises(ValueError, match="workers must be >= 2, got 1"):
         advise(1e6, 1, 10, 0.1, codec_ns=FREE)
+    with pytest.raises(TypeError, match="workers must be an int, got float"):
+        advise(1e6, 4.0, 10, 0.1, codec_ns=FREE)
     with pytest.raises(ValueError, match="gbit must be > 0, got 0"):
         advise(1e6, 4, 0, 0.1, codec_ns=FREE)
     with pytest.raises(TypeError, match="gbit must be a number, got str"):   # a wrong type is a TypeError

@@ -192,12 +192,17 @@ def test_input_validation_messages():
         allgather_time(-5, 2, Link.gbit(1))
     with pytest.raises(ValueError, match="servers"):
         parameter_server_time(100, 2, Link.gbit(1), servers=0)
+    with pytest.raises(TypeError, match="servers must be an int"):    # a wrong type is a TypeError
+        parameter_server_time(100, 2, Link.gbit(1), servers=2.0)
+    assert parameter_server_time(100, 2, Link.gbit(1), servers=np.int64(2)) > 0
     with pytest.raises(ValueError, match="collective"):
         comm_time(100, 2, Link.gbit(1), "gossip")
     with pytest.raises(ValueError, match="buckets only matters"):
         iteration_time(1, 1, buckets=4)
     with pytest.raises(ValueError, match="buckets"):
         iteration_time(1, 1, overlap=True, buckets=0)
+    with pytest.raises(TypeError, match="buckets must be an int"):
+        iteration_time(1, 1, overlap=True, buckets=True)
     with pytest.raises(ValueError, match="both 0"):
         waiting_fraction(0, 0)
     with pytest.raises(ValueError, match="one comm time per backward"):
@@ -222,6 +227,8 @@ def test_scissors():
     assert s.gap[0] == 1 and np.all(np.diff(s.gap) > 0)
     with pytest.raises(ValueError, match="points"):
         scissors(points=1)
+    with pytest.raises(TypeError, match="points must be an int"):
+        scissors(points=9.0)
     import matplotlib
     matplotlib.use("Agg")
     assert "gap" in s.plot().get_title()

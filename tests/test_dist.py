@@ -135,6 +135,10 @@ def test_bad_arguments_and_nan_gradients():
         compress(torch.nn.Linear(2, 2), TopK(0.1))
     with pytest.raises(WorkerError, match=r"rank 1 failed: .*milktea hook on rank 1.*ValueError.*non-finite"):
         launch(w.nan_gradient, 2, timeout=120)
+    said = launch(w.hook_refusals, 1, timeout=120)
+    assert [kind for kind, _ in said] == ["ValueError", "TypeError", "TypeError", "ValueError"]
+    assert "start_step must be >= 0, got -1" in said[0][1] and "min_size must be an int" in said[1][1]
+    assert "policy must be one of ('always', 'auto')" in said[3][1]
 
 
 def test_emulated_link_makes_collectives_take_what_the_link_would():
@@ -152,6 +156,14 @@ def test_measure_allreduce_takes_the_fastest_try_of_the_slowest_rank():
     assert out[0]["sizes"] == [4096, 2 << 20] and out[0]["tries"] == [6, 2]   # small messages: 3x
     assert out[0]["times"] == out[1]["times"]                                 # every rank agrees
     assert all(t >= 0.02 for t in out[0]["times"])                            # rank 1's, the slowest
+
+
+def test_train_config_refuses_counts_it_cannot_run():
+    from milktea.distributed.train import TrainConfig
+    with pytest.raises(ValueError, match="steps must be >= 1, got 0"):
+        TrainConfig(steps=0)
+    with pytest.raises(TypeError, match="batch must be an int"):
+        TrainConfig(batch=32.0)
 
 
 # --- entry points -------------------------------------------------------------------------

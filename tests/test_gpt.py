@@ -95,6 +95,11 @@ def test_bad_configurations_are_refused():
         GPT(GPTConfig(n_layer=1, n_embd=16, block=4))(torch.zeros(3, dtype=torch.long))
     with pytest.raises(TypeError, match="str"):
         encode(b"bytes")
+    tiny = GPT(GPTConfig(n_layer=1, n_embd=16, block=4))
+    with pytest.raises(ValueError, match="temperature must be >= 0"):
+        gpt.sample(tiny, length=1, temperature=-1.0)
+    with pytest.raises(TypeError, match="temperature must be a number"):
+        gpt.sample(tiny, length=1, temperature="hot")
 
 
 def test_encode_decode_and_the_fixed_vocabulary():

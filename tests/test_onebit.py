@@ -66,8 +66,10 @@ def test_after_warmup_v_is_frozen_and_only_one_bit_momentum_crosses():
 
 
 def test_bad_settings_are_refused():
-    with pytest.raises(ValueError, match="warmup"):
+    with pytest.raises(ValueError, match="warmup must be >= 1, got 0"):
         OneBitAdam(warmup=0)
+    with pytest.raises(TypeError, match="warmup must be an int"):
+        OneBitAdam(warmup=2.5)
     with pytest.raises(ValueError, match="betas"):
         OneBitAdam(betas=(0.9, 1.0))
     with pytest.raises(TypeError, match="Compressor"):

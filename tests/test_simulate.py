@@ -126,6 +126,10 @@ def test_bad_arguments():
         simulate(task, steps=1.5, **RUN)
     with pytest.raises(ValueError, match="lr"):
         simulate(task, lr=-0.1, **RUN)
+    with pytest.raises(TypeError, match="lr must be a number"):     # a wrong type is a TypeError
+        simulate(task, lr="0.1", **RUN)
+    with pytest.raises(TypeError, match="batch must be an int"):
+        simulate(task, batch=8.0, **RUN)
     with pytest.raises(ValueError, match="batch"):
         simulate(task, batch=0, **RUN)
     with pytest.raises(ValueError, match="momentum"):

@@ -35,7 +35,7 @@ from milktea.distributed import protocols
 from milktea.distributed.comm import Comm
 from milktea.distributed.link import EmulatedLink
 from milktea.distributed.stats import StatsLog
-from milktea.checks import check_int
+from milktea.checks import check_choice, check_int
 
 STATE_FORMAT = 2
 
@@ -68,10 +68,6 @@ class BucketPlan:
         return [buf.narrow(0, s.offset, s.numel) for s in self.segments if not s.compress]
 
 
-def _check_int(name, v, low):
-    return check_int(v, name, low)
-
-
 _LIVE: "weakref.WeakSet[CompressionState]" = weakref.WeakSet()
 
 
@@ -98,10 +94,9 @@ class CompressionState:
         if compressor is not None and not all(hasattr(compressor, m) for m in ("compress", "decompress", "fork")):
             raise TypeError(f"compressor must be a milktea compressor (e.g. TopK(ratio=0.01)), got "
                             f"{type(compressor).__name__}")
-        self.start_step = _check_int("start_step", start_step, 0)
-        self.min_size = _check_int("min_size", min_size, 0)
-        if policy not in ("always", "auto"):
-            raise ValueError(f"policy must be 'always' or 'auto', not {policy!r}")
+        self.start_step = check_int(start_step, "start_step", 0)
+        self.min_size = check_int(min_size, "min_size", 0)
+        check_choice(policy, ("always", "auto"), "policy")
         if callable(dense):
             self._dense_name = dense
         elif isinstance(dense, (list, tuple)) and all(isinstance(p, str) for p in dense):

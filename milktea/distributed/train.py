@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, fields
 import torch
 import torch.distributed as dist
 
+from milktea.checks import check_int
 from milktea.distributed import schemes
 from milktea.distributed.launch import progress
 from milktea.timing import median
@@ -51,9 +52,7 @@ class TrainConfig:
         if self.scheme not in schemes.SCHEMES:
             raise ValueError(f"unknown scheme {self.scheme!r}; choose from {', '.join(schemes.SCHEMES)}")
         for name in ("steps", "batch", "powersgd_rank", "start_step"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+            check_int(getattr(self, name), name, 1)
         if not 0 < self.ratio <= 1:
             raise ValueError(f"ratio must be in (0, 1], got {self.ratio}")
         if self.link_gbit is not None and not self.link_gbit > 0:
