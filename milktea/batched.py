@@ -34,7 +34,7 @@ from .bits import packed_size
 from .compressors import Quantize, RandomK, Sign, TopK
 from .compressors.sparse import _random_indices
 from .feedback import ErrorFeedback
-from .kernels import HAVE_NUMBA, NUMBA_MIN_NUMEL, scale_cap
+from .kernels import scale_cap, would_use_numba
 from .packet import varint_size
 
 _LIMITS = [1 << (7 * j) for j in range(1, 5)]
@@ -46,10 +46,6 @@ def _header(shape, params, part_lengths) -> int:
     n = 5 + varint_size(len(shape)) + sum(varint_size(int(d)) for d in shape)
     n += varint_size(len(params)) + sum(varint_size(int(v)) for v in params)
     return n + varint_size(len(part_lengths)) + sum(varint_size(int(p)) for p in part_lengths)
-
-
-def _numba_would_run(numel: int, device) -> bool:
-    return HAVE_NUMBA and torch.device(device).type == "cpu" and numel >= NUMBA_MIN_NUMEL
 
 
 def _fold(D: torch.Tensor) -> torch.Tensor:
@@ -226,7 +222,7 @@ def supported(G: torch.Tensor, batch) -> bool:
     if batch is None or not (bool(torch.isfinite(G.sum())) or bool(torch.isfinite(G).all())):
         return False
     if isinstance(batch, (_Sign, _Quantize)):
-        return G.dtype == torch.float32 and not _numba_would_run(G.shape[1], G.device)
+        return G.dtype == torch.float32 and not would_use_numba(G.shape[1], G.device)
     return G.dtype in (torch.float32, torch.float64)
 
 

@@ -21,22 +21,17 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 
 import numpy as np
 import torch
 
-import milktea.threads  # noqa: E402,F401  (sizes numba's pool per rank before numba loads)
-
 NUMBA_MIN_NUMEL = 1 << 16   # below this, JIT start-up costs more than it saves
+BLOCK = 1 << 15             # entries per parallel work item of the compiled loops
 
-try:  # numba is a dependency, but the library must still work where it cannot load
-    if os.environ.get("MILKTEA_NUMBA", "1") == "0":
-        raise ImportError("disabled by MILKTEA_NUMBA=0")
-    import numba
-    from numba import njit, prange
-    HAVE_NUMBA = True
-except Exception:  # pragma: no cover - depends on the environment
-    HAVE_NUMBA = False
+# False forces the torch path (MILKTEA_NUMBA=0, or a test); numba itself is imported only
+# when a tensor first needs it (see jit), so `import milktea` never pays for it.
+USE_NUMBA = os.environ.get("MILKTEA_NUMBA", "1") != "0"
 
 
 @functools.lru_cache(maxsize=None)
@@ -51,160 +46,36 @@ def scale_cap(qmax: int) -> float:
     return float(c)
 
 
-def use_numba(t: torch.Tensor) -> bool:
-    return HAVE_NUMBA and t.device.type == "cpu" and t.numel() >= NUMBA_MIN_NUMEL
+@functools.lru_cache(maxsize=None)
+def _load():
+    try:  # numba is a dependency, but the library must still work where it cannot load
+        from milktea import numba_kernels
+        return numba_kernels
+    except Exception as e:  # pragma: no cover - depends on the environment
+        warnings.warn(f"numba could not load ({type(e).__name__}: {e}); milktea uses its slower "
+                      "torch kernels instead", RuntimeWarning, stacklevel=3)
+        return None
 
 
-def _sync_threads():
-    if numba.get_num_threads() != min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS):
-        numba.set_num_threads(min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+def jit(t: torch.Tensor | None = None):
+    """The compiled loops (milktea.numba_kernels) if they should run on `t`, else None:
+    CPU tensors of at least NUMBA_MIN_NUMEL entries, numba loadable, not switched off.
+    Sizes numba's thread pool to torch's on every call (a user may change it)."""
+    if not USE_NUMBA or (t is not None and (t.device.type != "cpu" or t.numel() < NUMBA_MIN_NUMEL)):
+        return None
+    nb = _load()
+    if nb is not None:
+        import numba
+        want = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)
+        if numba.get_num_threads() != want:
+            numba.set_num_threads(want)
+    return nb
 
 
-BLOCK = 1 << 15   # entries per parallel work item in the loops below
-
-if HAVE_NUMBA:
-    # Loops are written over slices (xs[i] for i in range(len)), which LLVM vectorizes;
-    # indexing the full array with offsets (x[s + i]) runs about twice slower.
-    # No 'contract' (fused multiply-add) and no 'arcp' (division by reciprocal): the
-    # codes must be bit for bit those of the torch path.
-    EXACT = {"nnan", "ninf", "nsz"}
-
-    @njit(fastmath=EXACT, cache=True, nogil=True)
-    def _absmax_scale(xs, qmax, cap):  # pragma: no cover - compiled, inlined by LLVM
-        """(scale, divisor) of one chunk: scale = max|x| / qmax (at most `cap`); divisor =
-        scale, or 1 where scale is 0 (then every |x| is so small its code is the zero level)."""
-        m = np.float32(0.0)
-        for i in range(xs.size):
-            m = max(m, abs(xs[i]))
-        sc = min(m / np.float32(qmax), cap)
-        return sc, sc if sc > np.float32(0.0) else np.float32(1.0)
-
-    @njit(parallel=True, fastmath=EXACT, cache=True, nogil=True)
-    def _nb_quantize(x, chunk, qmax, cap, codes, scales):  # pragma: no cover - compiled
-        n = x.size
-        off = np.float32(qmax) + np.float32(1.5)   # offset qmax+1, plus 0.5 to round
-        for c in prange((n + chunk - 1) // chunk):
-            s = c * chunk
-            e = min(s + chunk, n)
-            xs = x[s:e]
-            cs = codes[s:e]
-            scales[c], div = _absmax_scale(xs, qmax, cap)
-            for i in range(e - s):
-                cs[i] = np.uint8(np.int32(xs[i] / div + off))
-
-    @njit(parallel=True, fastmath=EXACT, cache=True, nogil=True)
-    def _nb_dequantize(codes, scales, chunk, qmax, out):  # pragma: no cover - compiled
-        n = out.size
-        for c in prange((n + chunk - 1) // chunk):
-            s = c * chunk
-            e = min(s + chunk, n)
-            cs = codes[s:e]
-            os_ = out[s:e]
-            sc = scales[c]
-            for i in range(e - s):
-                os_[i] = np.float32(np.int32(cs[i]) - (qmax + 1)) * sc
-
-    @njit(parallel=True, fastmath=EXACT, cache=True, nogil=True)
-    def _nb_quantize_packed(x, chunk, qmax, cap, bits, out, scales):  # pragma: no cover - compiled
-        # 4- and 2-bit codes, packed as they are made; every chunk starts on a byte
-        n = x.size
-        per = 8 // bits
-        off = np.float32(qmax) + np.float32(1.5)
-        for c in prange((n + chunk - 1) // chunk):
-            s = c * chunk
-            e = min(s + chunk, n)
-            xs = x[s:e]
-            scales[c], div = _absmax_scale(xs, qmax, cap)
-            ob = out[s * bits // 8:(e * bits + 7) // 8]
-            whole = (e - s) // per
-            if bits == 4:
-                for j in range(whole):
-                    lo = np.uint8(np.int32(xs[2 * j] / div + off))
-                    hi = np.uint8(np.int32(xs[2 * j + 1] / div + off))
-                    ob[j] = lo | (hi << np.uint8(4))
-            else:
-                for j in range(whole):
-                    c0 = np.uint8(np.int32(xs[4 * j] / div + off))
-                    c1 = np.uint8(np.int32(xs[4 * j + 1] / div + off))
-                    c2 = np.uint8(np.int32(xs[4 * j + 2] / div + off))
-                    c3 = np.uint8(np.int32(xs[4 * j + 3] / div + off))
-                    ob[j] = c0 | (c1 << np.uint8(2)) | (c2 << np.uint8(4)) | (c3 << np.uint8(6))
-            if whole < ob.size:                   # a last, partly filled byte
-                v = np.uint8(0)
-                for t in range(e - s - whole * per):
-                    v |= np.uint8(np.int32(xs[whole * per + t] / div + off)) << np.uint8(bits * t)
-                ob[whole] = v
-
-    @njit(parallel=True, fastmath=EXACT, cache=True, nogil=True)
-    def _nb_dequantize_packed(packed, scales, chunk, qmax, bits, out):  # pragma: no cover - compiled
-        n = out.size
-        mask = (1 << bits) - 1
-        for c in prange((n + chunk - 1) // chunk):
-            s = c * chunk
-            e = min(s + chunk, n)
-            os_ = out[s:e]
-            pb = packed[s * bits // 8:(e * bits + 7) // 8]
-            sc = scales[c]
-            for i in range(e - s):
-                code = (pb[(i * bits) >> 3] >> ((i * bits) & 7)) & mask
-                os_[i] = np.float32(np.int32(code) - (qmax + 1)) * sc
-
-    @njit(parallel=True, fastmath=True, cache=True, nogil=True)
-    def _nb_sign_pack(x, out, partial_l1):  # pragma: no cover - compiled
-        # bit 1 = negative; exact zeros (of either sign) count as positive
-        n = x.size
-        for b in prange((n + BLOCK - 1) // BLOCK):
-            s = b * BLOCK
-            e = min(s + BLOCK, n)
-            xs = x[s:e]
-            signs = np.zeros(BLOCK, dtype=np.uint8)
-            acc = np.float64(0.0)
-            for i in range(e - s):
-                signs[i] = np.uint8(xs[i] < np.float32(0.0))
-                acc += np.float64(abs(xs[i]))
-            partial_l1[b] = acc
-            # eight 0/1 bytes -> one byte: a multiply gathers them into the top byte
-            words = signs.view(np.uint64)
-            os_ = out[s // 8:(e + 7) // 8]
-            for j in range(os_.size):
-                os_[j] = np.uint8((words[j] * np.uint64(0x0102040810204080)) >> np.uint64(56))
-
-    @njit(parallel=True, fastmath=True, cache=True, nogil=True)
-    def _nb_sign_unpack(packed, scale, out):  # pragma: no cover - compiled
-        # +-scale as (1 - 2 bit) * scale: exact, and no 2 * scale to overflow
-        n = out.size
-        for b in prange((n + BLOCK - 1) // BLOCK):
-            s = b * BLOCK
-            e = min(s + BLOCK, n)
-            os_ = out[s:e]
-            ps = packed[s // 8:(e + 7) // 8]
-            for i in range(e - s):
-                os_[i] = np.float32(1 - 2 * np.int32((ps[i >> 3] >> (i & 7)) & 1)) * scale
-
-    @njit(parallel=True, fastmath=True, cache=True, nogil=True)
-    def _nb_count_above(x, t, counts):  # pragma: no cover - compiled
-        n = x.size
-        for b in prange(counts.size):
-            s = b * BLOCK
-            e = min(s + BLOCK, n)
-            xs = x[s:e]
-            c = 0
-            for i in range(e - s):
-                c += abs(xs[i]) >= t
-            counts[b] = c
-
-    @njit(parallel=True, cache=True, nogil=True)
-    def _nb_fill_above(x, t, starts, out):  # pragma: no cover - compiled
-        n = x.size
-        for b in prange(starts.size):
-            s = b * BLOCK
-            e = min(s + BLOCK, n)
-            xs = x[s:e]
-            j = starts[b]
-            for i in range(e - s):
-                if abs(xs[i]) >= t:
-                    out[j] = s + i
-                    j += 1
+def would_use_numba(numel: int, device) -> bool:
+    """Whether a tensor of `numel` entries on `device` would go through the compiled loops
+    (without loading numba to find out: an unloadable numba is found on first use)."""
+    return USE_NUMBA and torch.device(device).type == "cpu" and numel >= NUMBA_MIN_NUMEL
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -221,9 +92,9 @@ def quantize(x: torch.Tensor, chunk: int, qmax: int, out_codes: torch.Tensor | N
     nch = (n + chunk - 1) // chunk
     codes = out_codes if out_codes is not None else torch.empty(n, dtype=torch.uint8, device=x.device)
     scales = torch.empty(nch, dtype=torch.float32, device=x.device)
-    if use_numba(x):
-        _sync_threads()
-        _nb_quantize(_np(x), chunk, qmax, np.float32(scale_cap(qmax)), _np(codes), _np(scales))
+    nb = jit(x)
+    if nb is not None:
+        nb.quantize(_np(x), chunk, qmax, np.float32(scale_cap(qmax)), _np(codes), _np(scales))
         return codes, scales
     full = n - n % chunk
     pieces = [(x[:full].view(-1, chunk), codes[:full].view(-1, chunk), scales[: full // chunk])] if full else []
@@ -241,9 +112,9 @@ def dequantize(codes: torch.Tensor, scales: torch.Tensor, chunk: int, qmax: int,
                out: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`quantize` into `out` (flat float32)."""
     n = out.numel()
-    if use_numba(out):
-        _sync_threads()
-        _nb_dequantize(_np(codes), _np(scales), chunk, qmax, _np(out))
+    nb = jit(out)
+    if nb is not None:
+        nb.dequantize(_np(codes), _np(scales), chunk, qmax, _np(out))
         return out
     full = n - n % chunk
     pieces = [(codes[:full].view(-1, chunk), out[:full].view(-1, chunk), scales[: full // chunk])] if full else []
@@ -258,11 +129,11 @@ def sign_pack_l1(x: torch.Tensor) -> tuple[torch.Tensor, float]:
     """Sign bits of a flat float32 tensor (1 = negative, 0 for +-0), 8 per byte, and
     sum |x| accumulated in float64."""
     n = x.numel()
-    if use_numba(x):
-        _sync_threads()
+    nb = jit(x)
+    if nb is not None:
         out = torch.empty((n + 7) // 8, dtype=torch.uint8)
         partial = np.empty((n + BLOCK - 1) // BLOCK, dtype=np.float64)
-        _nb_sign_pack(_np(x), _np(out), partial)
+        nb.sign_pack(_np(x), _np(out), partial)
         return out, float(partial.sum())
     from .bits import pack
     return pack((x < 0).view(torch.uint8), 1), float(x.abs().sum(dtype=torch.float64))
@@ -271,9 +142,9 @@ def sign_pack_l1(x: torch.Tensor) -> tuple[torch.Tensor, float]:
 def sign_unpack(packed: torch.Tensor, scale: float, out: torch.Tensor) -> torch.Tensor:
     """out[i] = -scale where bit i is set, else +scale (flat float32)."""
     n = out.numel()
-    if use_numba(out):
-        _sync_threads()
-        _nb_sign_unpack(_np(packed), np.float32(scale), _np(out))
+    nb = jit(out)
+    if nb is not None:
+        nb.sign_unpack(_np(packed), np.float32(scale), _np(out))
         return out
     from .bits import unpack
     return sign_values(unpack(packed, 1, n), scale, out)
@@ -284,31 +155,76 @@ def sign_values(bits: torch.Tensor, scale: float, out: torch.Tensor) -> torch.Te
     return out.copy_(bits).mul_(-2).add_(1).mul_(scale)
 
 
-def above_threshold(x: torch.Tensor, t: float) -> torch.Tensor:
-    """Sorted int64 positions where |x| >= t (flat x), without a full-size temporary."""
-    if use_numba(x) and x.dtype in (torch.float32, torch.float64):
-        _sync_threads()
+def above_threshold(x: torch.Tensor, t: float, add: torch.Tensor | None = None) -> torch.Tensor:
+    """Sorted int64 positions where |x| >= t (flat x), without a full-size temporary.
+
+    add: a tensor like x added to it first, in place (x += add), in the same pass over
+    memory where the compiled loops run: error feedback's ledger update and the count of
+    candidates cost one read of the ledger instead of two. A NaN or an infinity in the
+    sum raises ValueError (x then holds the sum).
+    """
+    nb = jit(x) if x.dtype in (torch.float32, torch.float64) else None
+    if nb is not None and (add is None or add.dtype == x.dtype):
         xn = _np(x)
         counts = np.empty((x.numel() + BLOCK - 1) // BLOCK, dtype=np.int64)
-        _nb_count_above(xn, xn.dtype.type(t), counts)
+        if add is None:
+            nb.count_above(xn, xn.dtype.type(t), counts)
+        else:
+            bad = np.zeros_like(counts, dtype=np.uint8)
+            nb.add_count_above(xn, _np(add.reshape(-1)), xn.dtype.type(t), counts, bad)
+            if bad.any():
+                raise ValueError(_nonfinite_message(x))
         starts = np.zeros_like(counts)
         np.cumsum(counts[:-1], out=starts[1:])
         out = torch.empty(int(counts.sum()), dtype=torch.int64)
-        _nb_fill_above(xn, xn.dtype.type(t), starts, _np(out))
+        nb.fill_above(xn, xn.dtype.type(t), starts, _np(out))
         return out
+    if add is not None:
+        add_finite(x, add)
     return (x.abs() >= t).nonzero().reshape(-1)
+
+
+def add_finite(x: torch.Tensor, add: torch.Tensor) -> torch.Tensor:
+    """x += add in place; ValueError if `add` holds a NaN or an infinity (x is then left
+    unchanged) or if the sum overflows."""
+    add = add.reshape(x.shape)
+    if not bool(torch.isfinite(add).all()):
+        raise ValueError(_nonfinite_message(add, "the gradient"))
+    x.add_(add)
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(_nonfinite_message(x))
+    return x
+
+
+def _nonfinite_message(x: torch.Tensor, what: str = "ledger + gradient") -> str:
+    bad = ~torch.isfinite(x)
+    return (f"non-finite gradient: {int(bad.sum())} of the {x.numel()} entries of {what} are "
+            f"NaN or infinite (first at flat position {int(bad.nonzero()[0])}); lower the learning "
+            "rate, clip the gradients, or find the NaN (torch.autograd.set_detect_anomaly)")
+
+
+def topk_among(x: torch.Tensor, cand: torch.Tensor, k: int) -> torch.Tensor | None:
+    """The k of the sorted positions `cand` with the largest |x| (flat float32 x), ties to
+    the lowest position, sorted; None where the compiled loops do not run (the caller
+    has the torch version). 1 <= k <= len(cand)."""
+    nb = jit(x) if x.dtype == torch.float32 and cand.dtype == torch.int64 else None
+    if nb is None:
+        return None
+    out = torch.empty(k, dtype=torch.int64)
+    nb.topk_among(_np(x).view(np.uint32), _np(cand), k, _np(out))
+    return out
 
 
 def quantize_packed(x: torch.Tensor, chunk: int, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Absmax-quantize a flat float32 tensor to `bits`-bit codes, packed (see bits.pack)."""
     from .bits import pack
     qmax = 2 ** (bits - 1) - 1
-    if bits < 8 and use_numba(x) and ((chunk * bits) % 8 == 0 or chunk >= x.numel()):
-        _sync_threads()
+    nb = jit(x) if bits < 8 and ((chunk * bits) % 8 == 0 or chunk >= x.numel()) else None
+    if nb is not None:
         n = x.numel()
         out = torch.empty((n * bits + 7) // 8, dtype=torch.uint8)
         scales = torch.empty((n + chunk - 1) // chunk, dtype=torch.float32)
-        _nb_quantize_packed(_np(x), chunk, qmax, np.float32(scale_cap(qmax)), bits, _np(out), _np(scales))
+        nb.quantize_packed(_np(x), chunk, qmax, np.float32(scale_cap(qmax)), bits, _np(out), _np(scales))
         return out, scales
     codes, scales = quantize(x, chunk, qmax)
     return pack(codes, bits), scales
@@ -319,8 +235,8 @@ def dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, chunk: int, bi
     """Inverse of :func:`quantize_packed` into `out` (flat float32)."""
     from .bits import unpack
     qmax = 2 ** (bits - 1) - 1
-    if bits < 8 and use_numba(out) and ((chunk * bits) % 8 == 0 or chunk >= out.numel()):
-        _sync_threads()
-        _nb_dequantize_packed(_np(packed), _np(scales), chunk, qmax, bits, _np(out))
+    nb = jit(out) if bits < 8 and ((chunk * bits) % 8 == 0 or chunk >= out.numel()) else None
+    if nb is not None:
+        nb.dequantize_packed(_np(packed), _np(scales), chunk, qmax, bits, _np(out))
         return out
     return dequantize(unpack(packed, bits, out.numel()), scales, chunk, qmax, out)

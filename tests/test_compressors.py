@@ -89,10 +89,10 @@ def _half_steps(p, n):
 @pytest.mark.parametrize("chunk", [None, 1000, 4096])
 @pytest.mark.parametrize("path", ["torch", "numba"])
 def test_quantize_error_at_most_half_a_step(bits, chunk, path, monkeypatch):
-    if path == "numba" and not kernels.HAVE_NUMBA:
+    if path == "numba" and kernels.jit() is None:
         pytest.skip("numba is not installed")
     if path == "torch":
-        monkeypatch.setattr(kernels, "HAVE_NUMBA", False)
+        monkeypatch.setattr(kernels, "USE_NUMBA", False)
     n = 150_001                                        # not a multiple of the chunk
     x = torch.randn(n, generator=torch.Generator().manual_seed(bits)) * torch.linspace(0.01, 10, n)
     q = Quantize(bits=bits, chunk=chunk)
@@ -106,16 +106,16 @@ def test_quantize_error_at_most_half_a_step(bits, chunk, path, monkeypatch):
 
 @pytest.mark.parametrize("bits, chunk", [(8, 1024), (4, 1000), (2, 1024), (4, None), (4, 999)])
 def test_quantize_paths_agree(bits, chunk):
-    if not kernels.HAVE_NUMBA:
+    if kernels.jit() is None:
         pytest.skip("numba is not installed")
     x = torch.randn(200_001, generator=torch.Generator().manual_seed(5))
     fast = Quantize(bits, chunk=chunk).compress(x)
-    kernels.HAVE_NUMBA = False
+    kernels.USE_NUMBA = False
     try:
         slow = Quantize(bits, chunk=chunk).compress(x)
         decoded_slow = Quantize(bits).decompress(fast)
     finally:
-        kernels.HAVE_NUMBA = True
+        kernels.USE_NUMBA = True
     assert torch.equal(fast.parts[1], slow.parts[1])      # the same scales, bit for bit
     assert torch.equal(fast.parts[0], slow.parts[0])      # and the same codes
     assert torch.equal(Quantize(bits).decompress(fast), decoded_slow)
@@ -169,13 +169,13 @@ def test_sign_is_one_bit_and_keeps_l1_norm():
     x = torch.randn(10_001, generator=torch.Generator().manual_seed(2))
     for path in ("numba", "torch"):
         if path == "torch":
-            kernels.HAVE_NUMBA, saved = False, kernels.HAVE_NUMBA
+            kernels.USE_NUMBA, saved = False, kernels.USE_NUMBA
         try:
             p = Sign().compress(x)
             out = Sign().decompress(p)
         finally:
             if path == "torch":
-                kernels.HAVE_NUMBA = saved
+                kernels.USE_NUMBA = saved
         scale = x.abs().mean()
         assert torch.allclose(out, torch.where(x < 0, -scale, scale), atol=1e-6)
         assert p.payload_nbytes == (10_001 + 7) // 8 + 4
@@ -184,12 +184,12 @@ def test_sign_is_one_bit_and_keeps_l1_norm():
 def test_sign_large_tensor_both_paths_agree():
     x = torch.randn(300_003, generator=torch.Generator().manual_seed(4))
     fast = Sign().compress(x)
-    saved, kernels.HAVE_NUMBA = kernels.HAVE_NUMBA, False
+    saved, kernels.USE_NUMBA = kernels.USE_NUMBA, False
     try:
         slow = Sign().compress(x)
         slow_out = Sign().decompress(fast)
     finally:
-        kernels.HAVE_NUMBA = saved
+        kernels.USE_NUMBA = saved
     assert torch.equal(fast.parts[0], slow.parts[0])
     assert torch.allclose(Sign().decompress(fast), slow_out)
 

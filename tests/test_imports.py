@@ -6,6 +6,7 @@ need into the lower module.
 """
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -210,3 +211,12 @@ def test_a_submodule_import_keeps_the_public_function():
          "from milktea.simulate import History\nprint(callable(milktea.simulate))"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=True)
     assert loaded.stdout.strip() == "True"
+
+
+def test_numba_loads_only_for_a_tensor_that_needs_it():
+    small = _loaded_after("import torch, milktea\n"
+                          "milktea.TopK(0.01).compress(torch.randn(1000))\n"
+                          "milktea.Quantize(8).compress(torch.randn(1000))")
+    assert "numba" not in small and "milktea.numba_kernels" not in small
+    large = _loaded_after("import torch, milktea\nmilktea.TopK(0.01).compress(torch.randn(1 << 17))")
+    assert "milktea.numba_kernels" in large or "MILKTEA_NUMBA" in os.environ

@@ -15,7 +15,7 @@ FMAX = torch.finfo(torch.float32).max
 
 @pytest.fixture
 def torch_path(monkeypatch):
-    monkeypatch.setattr(kernels, "HAVE_NUMBA", False)
+    monkeypatch.setattr(kernels, "USE_NUMBA", False)
 
 
 # -- overflow ----------------------------------------------------------------------
@@ -26,7 +26,7 @@ def torch_path(monkeypatch):
 @pytest.mark.parametrize("n", [5, 70_000])
 def test_huge_finite_values_decode_finite(comp, path, n, monkeypatch):
     if path == "torch":
-        monkeypatch.setattr(kernels, "HAVE_NUMBA", False)
+        monkeypatch.setattr(kernels, "USE_NUMBA", False)
     x = torch.randn(n, generator=torch.Generator().manual_seed(0)) * 1e37
     x[:3] = torch.tensor([3e38, -FMAX, 1e20])
     out = comp.decompress(comp.compress(x))
@@ -49,7 +49,7 @@ def test_qsgd_norm_does_not_overflow():
 @pytest.mark.parametrize("path", ["numba", "torch"])
 def test_sign_zeros_are_positive_and_scale_is_exact_mean(path, monkeypatch):
     if path == "torch":
-        monkeypatch.setattr(kernels, "HAVE_NUMBA", False)
+        monkeypatch.setattr(kernels, "USE_NUMBA", False)
     n = 100_003
     x = torch.rand(n, generator=torch.Generator().manual_seed(1)) + 1000   # float32 sums drift here
     x[::3] *= -1
@@ -143,13 +143,13 @@ def test_fit_allreduce_link_needs_two_sizes():
 
 # -- the numba and torch paths, bit for bit on a real gradient ------------------------
 def _both_paths(fn, monkeypatch):
-    if not kernels.HAVE_NUMBA:
+    if kernels.jit() is None:
         pytest.skip("numba is not installed")
     monkeypatch.setattr(kernels, "NUMBA_MIN_NUMEL", 0)       # numba even for small tensors
     fast = fn()
-    monkeypatch.setattr(kernels, "HAVE_NUMBA", False)
+    monkeypatch.setattr(kernels, "USE_NUMBA", False)
     slow = fn()
-    monkeypatch.setattr(kernels, "HAVE_NUMBA", True)
+    monkeypatch.setattr(kernels, "USE_NUMBA", True)
     return fast, slow
 
 

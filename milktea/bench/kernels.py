@@ -55,14 +55,14 @@ def cases(x: torch.Tensor):
         ("PowerSGD rank 4", lambda: PowerSGD(4).compress(mat), None, f"{side}x{side} matrix"),
         ("TopK 1% + int8", lambda: Chain(TopK(0.01, approximate=True), Quantize(8)).compress(x), None, ""),
     ]
-    if K.HAVE_NUMBA and x.device.type == "cpu":
+    if K.USE_NUMBA and x.device.type == "cpu":
         def torch_path(fn):
             def run():
-                K.HAVE_NUMBA = False
+                K.USE_NUMBA = False
                 try:
                     fn()
                 finally:
-                    K.HAVE_NUMBA = True
+                    K.USE_NUMBA = True
             return run
         out += [
             ("int8 quantize+pack, torch ops", torch_path(lambda: q8.compress(x)), None, "unfused, for contrast"),
@@ -105,12 +105,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"kernels: torch {torch.__version__}, {args.threads} threads, numba "
-          f"{'on' if K.HAVE_NUMBA else 'off'}, device {pick_device(args.device)}")
+          f"{'on' if K.USE_NUMBA else 'off'}, device {pick_device(args.device)}")
     rows = run(args.sizes, args.repeat, args.device)
     print()
     print(table(rows, ["kernel", "n", "ms", "x copy", "target", "ok", "note"]))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"threads": args.threads, "torch": torch.__version__,
-                                          "numba": K.HAVE_NUMBA, "rows": rows}, indent=1))
+                                          "numba": K.USE_NUMBA, "rows": rows}, indent=1))
     print(f"\nwrote {os.path.relpath(args.out)}")
     return 0

@@ -130,13 +130,19 @@ class Compressor:
             raise TypeError(f"decompress_add needs a Packet, got {type(packet).__name__}")
         return decode_add(packet, out, alpha)
 
-    def compress_with_feedback(self, residual: torch.Tensor, dtype: torch.dtype | None = None) -> Packet:
+    def compress_with_feedback(self, residual: torch.Tensor, dtype: torch.dtype | None = None,
+                               grad: torch.Tensor | None = None) -> Packet:
         """Compress `residual` and subtract what was sent from it, in place.
 
         This is error feedback's step: afterwards ``residual`` holds exactly what the
         packet did not carry. `dtype` (default: the residual's) is the dtype put on the
         wire, so that a float32 ledger can send a bfloat16 gradient's packet. `residual`
-        is trusted (a ledger, already checked): no input checks run here.
+        is trusted (a ledger, already checked): no input checks run on it.
+
+        grad: this step's gradient, added to the ledger first (see `add_to_ledger`); a
+        compressor may fuse that add with its own pass over memory (Top-K does, and then
+        a NaN or infinity raises ValueError after the finite part of the sum reached the
+        ledger: for callers that stop at an error, as the DDP hook does).
 
         >>> from milktea import Quantize
         >>> r = torch.tensor([1.0, 0.3, -1.0])
@@ -146,11 +152,28 @@ class Compressor:
         """
         if not isinstance(residual, torch.Tensor) or not residual.is_contiguous():
             raise ValueError("the residual must be a contiguous tensor (error feedback's ledger)")
+        if grad is not None:
+            self.add_to_ledger(residual, grad)
         x = residual if dtype in (None, residual.dtype) else residual.to(dtype)
         with torch.no_grad():
             packet = self._compress(x)
             decode_add(packet, residual, -1.0)
         return packet
+
+    def add_to_ledger(self, residual: torch.Tensor, grad: torch.Tensor) -> None:
+        """residual += grad, in place, after checking grad by this compressor's `nonfinite`
+        policy ("raise": ValueError for a NaN or an infinity, the ledger left unchanged).
+
+        >>> from milktea import TopK
+        >>> r = torch.zeros(2)
+        >>> TopK(k=1).add_to_ledger(r, torch.tensor([1.0, float("nan")]))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: gradient has 1 non-finite value(s) (NaN/Inf), first at flat index 1; ...
+        """
+        g = check_grad(grad, "gradient", self.nonfinite)
+        with torch.no_grad():
+            residual.add_(g.detach().reshape(residual.shape).to(residual.dtype))
 
     def aggregate(self, packets: Sequence[Packet]) -> torch.Tensor:
         """Sum of the decompressed packets: what a collective delivers to each worker."""

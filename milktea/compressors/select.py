@@ -40,8 +40,18 @@ def _kth_largest_sorted_indices(a: torch.Tensor, k: int) -> torch.Tensor:
     return keep.nonzero().reshape(-1)
 
 
-def _sample_threshold(flat: torch.Tensor, expect: float, gen: torch.Generator) -> float | None:
-    """A threshold t with about `expect` entries of |flat| above it, from a sample (None: too few).
+def _top_among(flat: torch.Tensor, cand: torch.Tensor, k: int) -> torch.Tensor:
+    """The k of the sorted positions `cand` with the largest |flat| (ties: lowest), sorted."""
+    top = kernels.topk_among(flat, cand, k)      # a radix select, where the compiled loops run
+    if top is not None:
+        return top
+    return cand[_kth_largest_sorted_indices(flat.index_select(0, cand).abs(), k)]
+
+
+def _sample_threshold(flat: torch.Tensor, expect: float, gen: torch.Generator,
+                      add: torch.Tensor | None = None) -> float | None:
+    """A threshold t with about `expect` entries of |flat (+ add)| above it, from a sample
+    (None: too few entries for a sample to pay).
 
     The sample is made of aligned runs of RUN entries at random places: reading whole
     cache lines costs a fraction of what the same number of scattered reads costs.
@@ -50,33 +60,44 @@ def _sample_threshold(flat: torch.Tensor, expect: float, gen: torch.Generator) -
     m = int(min(n, max(65536, TARGET_HITS * n / max(expect, 1.0))))
     if m >= n // 2:
         return None
-    rows = flat[: n - n % RUN].view(-1, RUN)
-    pick = torch.randint(rows.shape[0], (m // RUN,), generator=gen, device="cpu").to(flat.device)
-    s = rows.index_select(0, pick).reshape(-1).abs()
+    pick = torch.randint((n - n % RUN) // RUN, (m // RUN,), generator=gen, device="cpu").to(flat.device)
+
+    def sample(t):
+        return t.reshape(-1)[: n - n % RUN].view(-1, RUN).index_select(0, pick).reshape(-1)
+    s = sample(flat) if add is None else sample(flat).add_(sample(add))
     above = min(s.numel() - 1, max(0, int(round(expect * s.numel() / n))))
-    return float(torch.topk(s, above + 1, sorted=False).values.min())
+    return float(torch.topk(s.abs_(), above + 1, sorted=False).values.min())
 
 
 def select_topk(flat: torch.Tensor, k: int, *, approximate: bool = False, tolerance: float = 0.05,
-                gen: torch.Generator | None = None) -> torch.Tensor:
-    """Sorted int64 indices of the top-k |flat| (exactly k; or within tolerance if approximate)."""
+                gen: torch.Generator | None = None, add: torch.Tensor | None = None) -> torch.Tensor:
+    """Sorted int64 indices of the top-k |flat| (exactly k; or within tolerance if approximate).
+
+    add: a tensor like `flat` added to it first, in place (flat += add): error feedback's
+    ledger update, fused with the first pass over memory where it can be. A NaN or an
+    infinity in the sum raises ValueError.
+    """
     n = flat.numel()
-    if k >= n:
-        return torch.arange(n, device=flat.device)
-    if n <= SMALL:
-        return _kth_largest_sorted_indices(flat.abs(), k)
     gen = gen or torch.Generator().manual_seed(0)
     slack = 4.0 * math.sqrt(k)  # a few standard deviations of the count
     expect = k + slack if approximate else 1.1 * k + slack
+    t = _sample_threshold(flat, expect, gen, add) if k < n and n > SMALL else None
     for _attempt in range(3):
-        t = _sample_threshold(flat, expect, gen)
         if t is None:
             break
-        cand = kernels.above_threshold(flat, t)
+        cand = kernels.above_threshold(flat, t, add)
+        add = None                       # flat holds the sum from here on
         c = cand.numel()
         if approximate and abs(c - k) <= tolerance * k:
             return cand
         if c >= k:
-            return cand[_kth_largest_sorted_indices(flat.index_select(0, cand).abs(), k)]
+            return _top_among(flat, cand, k)
         expect *= 2.0 * k / max(c, 1)   # too few above t: aim lower and try again
+        t = _sample_threshold(flat, expect, gen)
+    if add is not None:
+        kernels.add_finite(flat, add)
+    if k >= n:
+        return torch.arange(n, device=flat.device)
+    if n > SMALL:      # too dense to sample: every entry is a candidate
+        return _top_among(flat, torch.arange(n, device=flat.device), k)
     return _kth_largest_sorted_indices(flat.abs(), k)

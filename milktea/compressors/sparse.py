@@ -42,8 +42,9 @@ class Sparsifier(Compressor):
     def select(self, flat: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _choose(self, flat: torch.Tensor) -> torch.Tensor:
-        """The sorted positions to send this call (advances any per-call state)."""
+    def _choose(self, flat: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
+        """The sorted positions to send this call (advances any per-call state); `add`
+        (only where `_fuses_add` said so): added to `flat` in place first."""
         return self.select(flat)
 
     def _pack(self, t: torch.Tensor, idx: torch.Tensor) -> Packet:  # pragma: no cover - abstract
@@ -52,17 +53,21 @@ class Sparsifier(Compressor):
     def _compress(self, t):
         return self._pack(t, self._choose(t.reshape(-1)))
 
-    def compress_with_feedback(self, residual, dtype=None):
+    def compress_with_feedback(self, residual, dtype=None, grad=None):
         """Send the chosen entries and cross them out of `residual` directly: the values
         sent are the residual's own entries, so zeroing them is exact and no packet is
-        decoded (with a narrower wire `dtype`, the rounding remainder stays instead)."""
+        decoded (with a narrower wire `dtype`, the rounding remainder stays instead).
+        With `grad`, a selection that can (`_fuses_add`) adds it in its first pass."""
         if type(self)._compress is not Sparsifier._compress:   # a subclass changed what is sent
-            return super().compress_with_feedback(residual, dtype)
+            return super().compress_with_feedback(residual, dtype, grad)
         if not isinstance(residual, torch.Tensor) or not residual.is_contiguous():
             raise ValueError("the residual must be a contiguous tensor (error feedback's ledger)")
+        fuse = grad is not None and self._fuses_add(residual, grad, dtype)
+        if grad is not None and not fuse:
+            self.add_to_ledger(residual, grad)
         x = residual if dtype in (None, residual.dtype) else residual.to(dtype)
         with torch.no_grad():
-            idx = self._choose(x.reshape(-1))
+            idx = self._choose(x.reshape(-1), grad.detach().reshape(-1) if fuse else None)
             packet = self._pack(x, idx)
             flat = residual.view(-1)
             if x is residual:
@@ -70,6 +75,10 @@ class Sparsifier(Compressor):
             else:
                 flat.index_add_(0, idx, x.reshape(-1).index_select(0, idx).to(flat.dtype), alpha=-1)
         return packet
+
+    def _fuses_add(self, residual, grad, dtype) -> bool:
+        """Whether `_choose(flat, add=grad)` may do the ledger's add itself (Top-K)."""
+        return False
 
     def sparse_parts(self, tensor: torch.Tensor):
         """(sorted indices, values) this compressor would send for `tensor`."""
@@ -142,6 +151,18 @@ class TopK(Sparsifier):
             view = torch.nan_to_num(view, nan=float("inf"))   # NaN counts as the largest (as torch.topk)
         return select_topk(view, self.k_for(flat.numel()), approximate=self.approximate,
                            tolerance=self.tolerance, gen=self._gen)
+
+    def _fuses_add(self, residual, grad, dtype):
+        # the selection reads the ledger itself (no copy), and NaN must raise, not be chosen
+        return (self.nonfinite == "raise" and dtype in (None, residual.dtype)
+                and residual.dtype in (torch.float32, torch.float64) and grad.dtype == residual.dtype
+                and type(self).select is TopK.select)
+
+    def _choose(self, flat, add=None):
+        if add is None:
+            return self.select(flat)
+        return select_topk(flat, self.k_for(flat.numel()), approximate=self.approximate,
+                           tolerance=self.tolerance, gen=self._gen, add=add)
 
     def _pack(self, t, idx):
         return sparse_packet(t, idx, t.reshape(-1).index_select(0, idx), self.index)
@@ -236,7 +257,7 @@ class RandomK(Sparsifier):
     def _step_seed(self, step: int | None = None) -> int:
         return (self.seed * 1_000_003 + (self.step if step is None else step)) % (1 << 62)
 
-    def _choose(self, flat):
+    def _choose(self, flat, add=None):
         idx = self.select(flat)
         self.step += 1
         return idx

@@ -175,8 +175,9 @@ class Protocol:
 class AllGather(Protocol):
     """Packets that differ per rank (Top-K, quantizers, Sign, Chain).
 
-    Hot path, per bucket: each item is compressed on its own (through its ledger with
-    error feedback); the packets are laid end to end as one byte string per rank and
+    Hot path, per bucket: each item is compressed on its own (with error feedback: the
+    gradient added to its ledger, which Top-K fuses with its selection's first pass over
+    memory); the packets are laid end to end as one byte string per rank and
     all-gathered (sizes first); then each item is overwritten by rank 0's decoded packet,
     the other ranks' packets are added into it, and it is divided by N. Nothing is
     re-quantized on the way, so every rank gets exactly mean_r decode(packet_r).
@@ -188,10 +189,8 @@ class AllGather(Protocol):
         wire = []
         for it in items:
             c = self.coder(it.name)
-            if self.error_feedback and it.used:
-                r = self.ledger(it)
-                r.add_(it.tensor)
-                packet = c.compress_with_feedback(r)
+            if self.error_feedback and it.used:   # ledger += gradient, sent, crossed out
+                packet = c.compress_with_feedback(self.ledger(it), grad=it.tensor)
             else:   # no ledger, or no gradient here: the ledger waits, a zero gradient is sent
                 packet = c.compress(it.tensor)
             wire.append(packet.to_tensor())
@@ -251,9 +250,7 @@ class AllReduce(Protocol):
         for it in items:
             x, c = it.tensor.div_(N), self.coder(it.name)
             if self.error_feedback and it.used:
-                r = self.ledger(it)
-                r.add_(x)
-                packet = c.compress_with_feedback(r)
+                packet = c.compress_with_feedback(self.ledger(it), grad=x)
             else:
                 packet = c.compress(x)
             c.decompress(packet, out=x)             # exactly what was sent

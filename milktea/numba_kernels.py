@@ -1,0 +1,245 @@
+"""The compiled (numba) loops behind milktea.kernels, loaded on first use.
+
+Importing this module imports numba and compiles (or loads from numba's cache) every
+loop, so milktea.kernels imports it only when a CPU tensor is large enough for them:
+`import milktea` and small tensors never pay for numba. Each loop has a torch twin in
+milktea.kernels that gives the same bits; the tests compare the two.
+
+Loops are written over slices (xs[i] for i in range(len)), which LLVM vectorizes;
+indexing the full array with offsets (x[s + i]) runs about twice slower.
+No 'contract' (fused multiply-add) and no 'arcp' (division by reciprocal) in the
+quantizers: their codes must be bit for bit those of the torch path.
+"""
+from __future__ import annotations
+
+import milktea.threads  # noqa: F401  (sizes numba's pool per rank before numba starts it)
+
+import numpy as np
+from numba import njit, prange
+
+BLOCK = 1 << 15   # entries per parallel work item in the loops below
+EXACT = {"nnan", "ninf", "nsz"}
+
+
+@njit(fastmath=EXACT, cache=True, nogil=True)
+def absmax_scale(xs, qmax, cap):  # inlined by LLVM
+    """(scale, divisor) of one chunk: scale = max|x| / qmax (at most `cap`); divisor =
+    scale, or 1 where scale is 0 (then every |x| is so small its code is the zero level)."""
+    m = np.float32(0.0)
+    for i in range(xs.size):
+        m = max(m, abs(xs[i]))
+    sc = min(m / np.float32(qmax), cap)
+    return sc, sc if sc > np.float32(0.0) else np.float32(1.0)
+
+
+@njit(parallel=True, fastmath=EXACT, cache=True, nogil=True)
+def quantize(x, chunk, qmax, cap, codes, scales):
+    n = x.size
+    off = np.float32(qmax) + np.float32(1.5)   # offset qmax+1, plus 0.5 to round
+    for c in prange((n + chunk - 1) // chunk):
+        s = c * chunk
+        e = min(s + chunk, n)
+        xs = x[s:e]
+        cs = codes[s:e]
+        scales[c], div = absmax_scale(xs, qmax, cap)
+        for i in range(e - s):
+            cs[i] = np.uint8(np.int32(xs[i] / div + off))
+
+
+@njit(parallel=True, fastmath=EXACT, cache=True, nogil=True)
+def dequantize(codes, scales, chunk, qmax, out):
+    n = out.size
+    for c in prange((n + chunk - 1) // chunk):
+        s = c * chunk
+        e = min(s + chunk, n)
+        cs = codes[s:e]
+        os_ = out[s:e]
+        sc = scales[c]
+        for i in range(e - s):
+            os_[i] = np.float32(np.int32(cs[i]) - (qmax + 1)) * sc
+
+
+@njit(parallel=True, fastmath=EXACT, cache=True, nogil=True)
+def quantize_packed(x, chunk, qmax, cap, bits, out, scales):
+    # 4- and 2-bit codes, packed as they are made; every chunk starts on a byte
+    n = x.size
+    per = 8 // bits
+    off = np.float32(qmax) + np.float32(1.5)
+    for c in prange((n + chunk - 1) // chunk):
+        s = c * chunk
+        e = min(s + chunk, n)
+        xs = x[s:e]
+        scales[c], div = absmax_scale(xs, qmax, cap)
+        ob = out[s * bits // 8:(e * bits + 7) // 8]
+        whole = (e - s) // per
+        if bits == 4:
+            for j in range(whole):
+                lo = np.uint8(np.int32(xs[2 * j] / div + off))
+                hi = np.uint8(np.int32(xs[2 * j + 1] / div + off))
+                ob[j] = lo | (hi << np.uint8(4))
+        else:
+            for j in range(whole):
+                c0 = np.uint8(np.int32(xs[4 * j] / div + off))
+                c1 = np.uint8(np.int32(xs[4 * j + 1] / div + off))
+                c2 = np.uint8(np.int32(xs[4 * j + 2] / div + off))
+                c3 = np.uint8(np.int32(xs[4 * j + 3] / div + off))
+                ob[j] = c0 | (c1 << np.uint8(2)) | (c2 << np.uint8(4)) | (c3 << np.uint8(6))
+        if whole < ob.size:                   # a last, partly filled byte
+            v = np.uint8(0)
+            for t in range(e - s - whole * per):
+                v |= np.uint8(np.int32(xs[whole * per + t] / div + off)) << np.uint8(bits * t)
+            ob[whole] = v
+
+
+@njit(parallel=True, fastmath=EXACT, cache=True, nogil=True)
+def dequantize_packed(packed, scales, chunk, qmax, bits, out):
+    n = out.size
+    mask = (1 << bits) - 1
+    for c in prange((n + chunk - 1) // chunk):
+        s = c * chunk
+        e = min(s + chunk, n)
+        os_ = out[s:e]
+        pb = packed[s * bits // 8:(e * bits + 7) // 8]
+        sc = scales[c]
+        for i in range(e - s):
+            code = (pb[(i * bits) >> 3] >> ((i * bits) & 7)) & mask
+            os_[i] = np.float32(np.int32(code) - (qmax + 1)) * sc
+
+
+@njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def sign_pack(x, out, partial_l1):
+    # bit 1 = negative; exact zeros (of either sign) count as positive
+    n = x.size
+    for b in prange((n + BLOCK - 1) // BLOCK):
+        s = b * BLOCK
+        e = min(s + BLOCK, n)
+        xs = x[s:e]
+        signs = np.zeros(BLOCK, dtype=np.uint8)
+        acc = np.float64(0.0)
+        for i in range(e - s):
+            signs[i] = np.uint8(xs[i] < np.float32(0.0))
+            acc += np.float64(abs(xs[i]))
+        partial_l1[b] = acc
+        # eight 0/1 bytes -> one byte: a multiply gathers them into the top byte
+        words = signs.view(np.uint64)
+        os_ = out[s // 8:(e + 7) // 8]
+        for j in range(os_.size):
+            os_[j] = np.uint8((words[j] * np.uint64(0x0102040810204080)) >> np.uint64(56))
+
+
+@njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def sign_unpack(packed, scale, out):
+    # +-scale as (1 - 2 bit) * scale: exact, and no 2 * scale to overflow
+    n = out.size
+    for b in prange((n + BLOCK - 1) // BLOCK):
+        s = b * BLOCK
+        e = min(s + BLOCK, n)
+        os_ = out[s:e]
+        ps = packed[s // 8:(e + 7) // 8]
+        for i in range(e - s):
+            os_[i] = np.float32(1 - 2 * np.int32((ps[i >> 3] >> (i & 7)) & 1)) * scale
+
+
+@njit(parallel=True, cache=True, nogil=True)   # no fastmath: NaN counts as fill_above sees it
+def count_above(x, t, counts):
+    n = x.size
+    for b in prange(counts.size):
+        s = b * BLOCK
+        e = min(s + BLOCK, n)
+        xs = x[s:e]
+        c = 0
+        for i in range(e - s):
+            c += abs(xs[i]) >= t
+        counts[b] = c
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def fill_above(x, t, starts, out):
+    # runs of 16 are tested first with a loop LLVM vectorizes; at a density of 1% most
+    # runs hold no hit and are never looked at one entry at a time
+    n = x.size
+    for b in prange(starts.size):
+        s = b * BLOCK
+        e = min(s + BLOCK, n)
+        xs = x[s:e]
+        j = starts[b]
+        m = e - s
+        whole = m - m % 16
+        for r in range(0, whole, 16):
+            hits = 0
+            for i in range(r, r + 16):
+                hits += abs(xs[i]) >= t
+            if hits:
+                for i in range(r, r + 16):
+                    if abs(xs[i]) >= t:
+                        out[j] = s + i
+                        j += 1
+        for i in range(whole, m):
+            if abs(xs[i]) >= t:
+                out[j] = s + i
+                j += 1
+
+
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def add_count_above(x, g, t, counts, bad):
+    """x += g and counts[b] = how many |x| >= t in block b, in one pass over memory:
+    error feedback's ledger update fused with the selection's count. bad[b] = 1 where
+    block b met a NaN or an infinity in x + g (no fastmath: NaN must compare as NaN)."""
+    n = x.size
+    for b in prange(counts.size):
+        s = b * BLOCK
+        e = min(s + BLOCK, n)
+        xs = x[s:e]
+        gs = g[s:e]
+        c = 0
+        nonfinite = 0
+        for i in range(e - s):
+            v = xs[i] + gs[i]
+            xs[i] = v
+            c += abs(v) >= t
+            nonfinite += not abs(v) < np.inf     # NaN and +-inf
+        counts[b] = c
+        bad[b] = nonfinite > 0
+
+
+@njit(cache=True, nogil=True)
+def topk_among(bits, cand, k, out):
+    """out[:k] = the k positions of `cand` (sorted) whose |x| is largest, ties to the
+    lowest position, in order; `bits` is float32 x viewed as uint32. Returns k.
+
+    A radix select: |x|'s bit pattern (sign bit cleared) orders like |x| itself (NaN
+    above infinity, as torch.topk), so two histograms of 16 bits each find the k-th
+    largest key in two passes over the candidates, with no sort.
+    """
+    m = cand.size
+    keys = np.empty(m, np.uint32)
+    hist = np.zeros(1 << 16, np.int64)
+    for i in range(m):
+        key = bits[cand[i]] & np.uint32(0x7FFFFFFF)
+        keys[i] = key
+        hist[key >> 16] += 1
+    above = 0            # keys in the buckets above the one that holds the k-th largest
+    hi = (1 << 16) - 1
+    while above + hist[hi] < k:
+        above += hist[hi]
+        hi -= 1
+    hist[:] = 0
+    for i in range(m):
+        if keys[i] >> 16 == hi:
+            hist[keys[i] & 0xFFFF] += 1
+    lo = (1 << 16) - 1
+    while above + hist[lo] < k:
+        above += hist[lo]
+        lo -= 1
+    kth = np.uint32((hi << 16) | lo)
+    ties = k - above     # entries equal to the k-th largest that are kept, lowest first
+    j = 0
+    for i in range(m):
+        if keys[i] > kth or (keys[i] == kth and ties > 0):
+            if keys[i] == kth:
+                ties -= 1
+            out[j] = cand[i]
+            j += 1
+    return j

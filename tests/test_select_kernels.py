@@ -1,0 +1,91 @@
+"""Top-K's selection: the compiled loops (numba) against the torch reference, and error
+feedback's ledger update fused into the selection's first pass."""
+import pytest
+import torch
+
+from milktea import TopK, kernels
+from milktea.compressors.select import _kth_largest_sorted_indices, select_topk
+
+
+def _numba_or_skip():
+    if kernels.jit() is None:
+        pytest.skip("numba is not installed")
+
+
+def _reference(x, k):
+    return _kth_largest_sorted_indices(x.abs(), k)
+
+
+@pytest.mark.parametrize("n, k", [(40_000, 1), (40_000, 400), (337_000, 3_370), (2_000_000, 20_000),
+                                  (2_000_000, 1_999_999)])
+def test_exact_selection_matches_the_reference(n, k):
+    x = torch.randn(n, generator=torch.Generator().manual_seed(n + k))
+    assert torch.equal(select_topk(x, k), _reference(x, k))
+
+
+def test_ties_go_to_the_lowest_position_and_nan_counts_as_largest():
+    _numba_or_skip()
+    x = torch.zeros(100_000)
+    x[::7] = 1.0          # 14,286 equal values; keep 1,000 of them: the first ones
+    x[5] = -1.0           # same magnitude, negative
+    x[50_000] = float("nan")
+    x[3] = -0.0
+    cand = torch.arange(x.numel())
+    top = kernels.topk_among(x, cand, 1_000)
+    assert top is not None and torch.equal(top, torch.sort(top).values)
+    assert 50_000 in top.tolist() and 5 in top.tolist()
+    ones = [i for i in top.tolist() if i != 50_000 and i != 5]
+    assert ones == list(range(0, 7 * len(ones), 7))
+    y = torch.where(torch.isnan(x), torch.tensor(float("inf")), x)   # the reference has no NaN rule
+    assert torch.equal(top, _reference(y, 1_000))
+
+
+@pytest.mark.parametrize("approximate", [False, True])
+@pytest.mark.parametrize("path", ["numba", "torch"])
+def test_fused_ledger_update_sends_and_keeps_what_the_plain_one_does(approximate, path, monkeypatch):
+    if path == "numba":
+        _numba_or_skip()
+    else:
+        monkeypatch.setattr(kernels, "USE_NUMBA", False)
+    g = torch.Generator().manual_seed(1)
+    shapes = [(600, 500), (70_000,), (5_000,), (3, 4)]
+    for shape in shapes:
+        r0, grad = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
+        plain, fused = TopK(0.01, approximate=approximate), TopK(0.01, approximate=approximate)
+        r1, r2 = r0.clone(), r0.clone()
+        r1.add_(grad)
+        p1 = plain.compress_with_feedback(r1)
+        p2 = fused.compress_with_feedback(r2, grad=grad)
+        assert p1.to_bytes() == p2.to_bytes(), shape
+        assert torch.equal(r1, r2), shape
+
+
+def test_fused_ledger_update_refuses_a_nan_gradient():
+    for n in (1_000, 500_000):     # the plain path (small) and the fused one
+        r, grad = torch.zeros(n), torch.randn(n)
+        grad[n // 3] = float("nan")
+        with pytest.raises(ValueError, match="non-finite gradient: 1 of the"):
+            TopK(0.01).compress_with_feedback(r, grad=grad)
+    r, grad = torch.zeros(1_000), torch.randn(1_000)
+    grad[0] = float("inf")
+    with pytest.raises(ValueError, match="non-finite"):
+        TopK(0.01).compress_with_feedback(r, grad=grad)
+    assert torch.equal(r, torch.zeros(1_000))          # the plain path leaves the ledger alone
+
+
+def test_a_ledger_that_overflows_is_refused_too():
+    _numba_or_skip()
+    r = torch.full((200_000,), 3e38)
+    grad = torch.full((200_000,), 3e38)
+    with pytest.raises(ValueError, match="non-finite"):
+        TopK(0.01).compress_with_feedback(r, grad=grad)
+
+
+def test_other_compressors_add_the_gradient_through_the_public_api():
+    from milktea import Quantize
+    r, grad = torch.zeros(10), torch.arange(10.0)
+    q = Quantize(bits=8)
+    p = q.compress_with_feedback(r, grad=grad)
+    assert torch.allclose(q.decompress(p) + r, grad)
+    with pytest.raises(ValueError, match="non-finite"):
+        q.compress_with_feedback(torch.zeros(3), grad=torch.tensor([0.0, float("nan"), 1.0]))
