@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from . import kernels
 from .bits import pack, packed_size, unpack
 
 ENCODINGS = ("int32", "delta8", "varint", "bitmap")
@@ -44,11 +45,13 @@ def _varint_lengths(g: torch.Tensor) -> torch.Tensor:
 def sizes(indices: torch.Tensor, numel: int) -> dict[str, int]:
     """Exact byte size of every encoding for these sorted unique indices."""
     k = indices.numel()
-    g = _gaps(indices)
-    return {"int32": 4 * k,
-            "delta8": k + int((g // ESCAPE).sum()),
-            "varint": int(_varint_lengths(g).sum()),
-            "bitmap": packed_size(numel, 1)}
+    fast = kernels.index_sizes(indices)          # one compiled pass, for large CPU selections
+    if fast is not None:
+        delta8, varint = fast
+    else:
+        g = _gaps(indices)
+        delta8, varint = k + int((g // ESCAPE).sum()), int(_varint_lengths(g).sum())
+    return {"int32": 4 * k, "delta8": delta8, "varint": varint, "bitmap": packed_size(numel, 1)}
 
 
 def check_indices(indices: torch.Tensor, numel: int) -> torch.Tensor:
@@ -75,6 +78,7 @@ def encode(indices: torch.Tensor, numel: int, encoding: str = "auto",
     """
     if validate:
         indices = check_indices(indices, numel)
+    s = None
     if encoding == "auto":
         s = sizes(indices, numel)
         encoding = min(ENCODINGS, key=lambda e: (s[e], ENCODINGS.index(e)))
@@ -84,6 +88,11 @@ def encode(indices: torch.Tensor, numel: int, encoding: str = "auto",
         bits = torch.zeros(numel, dtype=torch.uint8, device=indices.device)
         bits[indices] = 1
         return encoding, pack(bits, 1)
+    nb = kernels.jit(indices) if encoding == "delta8" and indices.dtype == torch.int64 else None
+    if nb is not None:
+        out = torch.empty((s or sizes(indices, numel))["delta8"], dtype=torch.uint8)
+        nb.delta8_encode(indices.numpy(), out.numpy())
+        return encoding, out
     g = _gaps(indices)
     if encoding == "delta8":
         n_esc = g // ESCAPE
@@ -131,6 +140,13 @@ def decode(encoding: str, data: torch.Tensor, k: int, numel: int) -> torch.Tenso
         if not k <= data.numel() or int(data[-1]) == ESCAPE:
             raise ValueError(f"delta8 index part of {data.numel()} bytes cannot hold the {k} gaps the "
                              f"packet announces (or it ends inside a gap)")
+        nb = kernels.jit(data) if data.is_contiguous() else None
+        if nb is not None:            # one compiled pass that checks as it goes
+            idx = torch.empty(k, dtype=torch.int64)
+            if nb.delta8_decode(data.numpy(), k, numel, idx.numpy()) != 0:
+                raise ValueError(f"delta8 index part of {data.numel()} bytes does not hold exactly the {k} "
+                                 f"gaps the packet announces within {numel} elements")
+            return idx
         b = data.long()
         inc = torch.where(b == ESCAPE, b, b + 1)
         idx = (torch.cumsum(inc, 0) - 1)[b != ESCAPE]

@@ -203,6 +203,26 @@ def _nonfinite_message(x: torch.Tensor, what: str = "ledger + gradient") -> str:
             "rate, clip the gradients, or find the NaN (torch.autograd.set_detect_anomaly)")
 
 
+def kth_largest_abs(x: torch.Tensor, k: int) -> float | None:
+    """The k-th largest |x| of a flat float32 tensor by a radix select (no sort), or None
+    where the compiled loops do not run (the caller has the torch version)."""
+    nb = jit(x) if x.dtype == torch.float32 else None
+    if nb is None:
+        return None
+    key = nb.kth_largest_abs(_np(x).view(np.uint32), k)
+    return float(np.array([key], dtype=np.uint32).view(np.float32)[0])
+
+
+def index_sizes(idx: torch.Tensor) -> tuple[int, int] | None:
+    """(delta8 bytes, varint bytes) of sorted unique int64 positions on the CPU, in one
+    compiled pass; None where the compiled loops do not run (see milktea.index.sizes)."""
+    nb = jit(idx) if idx.dtype == torch.int64 else None
+    if nb is None:
+        return None
+    d8, vi = nb.index_sizes(_np(idx))
+    return int(d8), int(vi)
+
+
 def topk_among(x: torch.Tensor, cand: torch.Tensor, k: int) -> torch.Tensor | None:
     """The k of the sorted positions `cand` with the largest |x| (flat float32 x), ties to
     the lowest position, sorted; None where the compiled loops do not run (the caller

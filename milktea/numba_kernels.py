@@ -155,31 +155,18 @@ def count_above(x, t, counts):
 
 @njit(parallel=True, cache=True, nogil=True)
 def fill_above(x, t, starts, out):
-    # runs of 16 are tested first with a loop LLVM vectorizes; at a density of 1% most
-    # runs hold no hit and are never looked at one entry at a time
+    # a plain loop with a branch: at a density of 1% the branch is well predicted, and
+    # variants that test runs of entries first measured slower
     n = x.size
     for b in prange(starts.size):
         s = b * BLOCK
         e = min(s + BLOCK, n)
         xs = x[s:e]
         j = starts[b]
-        m = e - s
-        whole = m - m % 16
-        for r in range(0, whole, 16):
-            hits = 0
-            for i in range(r, r + 16):
-                hits += abs(xs[i]) >= t
-            if hits:
-                for i in range(r, r + 16):
-                    if abs(xs[i]) >= t:
-                        out[j] = s + i
-                        j += 1
-        for i in range(whole, m):
+        for i in range(e - s):
             if abs(xs[i]) >= t:
                 out[j] = s + i
                 j += 1
-
-
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -205,35 +192,64 @@ def add_count_above(x, g, t, counts, bad):
 
 
 @njit(cache=True, nogil=True)
-def topk_among(bits, cand, k, out):
-    """out[:k] = the k positions of `cand` (sorted) whose |x| is largest, ties to the
-    lowest position, in order; `bits` is float32 x viewed as uint32. Returns k.
-
-    A radix select: |x|'s bit pattern (sign bit cleared) orders like |x| itself (NaN
-    above infinity, as torch.topk), so two histograms of 16 bits each find the k-th
-    largest key in two passes over the candidates, with no sort.
-    """
-    m = cand.size
-    keys = np.empty(m, np.uint32)
+def kth_key(keys, k):
+    """(the k-th largest of the uint32 `keys`, how many keys are larger): a radix select,
+    two histograms of 16 bits each, no sort. 1 <= k <= len(keys)."""
     hist = np.zeros(1 << 16, np.int64)
-    for i in range(m):
-        key = bits[cand[i]] & np.uint32(0x7FFFFFFF)
-        keys[i] = key
-        hist[key >> 16] += 1
+    for i in range(keys.size):
+        hist[keys[i] >> 16] += 1
     above = 0            # keys in the buckets above the one that holds the k-th largest
     hi = (1 << 16) - 1
     while above + hist[hi] < k:
         above += hist[hi]
         hi -= 1
     hist[:] = 0
-    for i in range(m):
+    for i in range(keys.size):
         if keys[i] >> 16 == hi:
             hist[keys[i] & 0xFFFF] += 1
     lo = (1 << 16) - 1
     while above + hist[lo] < k:
         above += hist[lo]
         lo -= 1
-    kth = np.uint32((hi << 16) | lo)
+    return np.uint32((hi << 16) | lo), above
+
+
+@njit(cache=True, nogil=True)
+def kth_largest_abs(bits, k):
+    """The bit pattern of the k-th largest |x| of float32 x viewed as uint32 `bits`."""
+    keys = np.empty(bits.size, np.uint32)
+    for i in range(bits.size):
+        keys[i] = bits[i] & np.uint32(0x7FFFFFFF)
+    return kth_key(keys, k)[0]
+
+
+@njit(cache=True, nogil=True)
+def index_sizes(idx):
+    """(delta8 bytes, varint bytes) of the sorted unique positions `idx` (see milktea.index)."""
+    prev = -1
+    d8 = 0
+    vi = 0
+    for i in range(idx.size):
+        g = idx[i] - prev - 1
+        prev = idx[i]
+        d8 += 1 + g // 255
+        vi += 1 + (g >= 128) + (g >= 16384) + (g >= 2097152) + (g >= 268435456)
+    return d8, vi
+
+
+@njit(cache=True, nogil=True)
+def topk_among(bits, cand, k, out):
+    """out[:k] = the k positions of `cand` (sorted) whose |x| is largest, ties to the
+    lowest position, in order; `bits` is float32 x viewed as uint32. Returns k.
+
+    |x|'s bit pattern (sign bit cleared) orders like |x| itself (NaN above infinity, as
+    torch.topk), so a radix select on it (kth_key) finds the k-th largest in two passes.
+    """
+    m = cand.size
+    keys = np.empty(m, np.uint32)
+    for i in range(m):
+        keys[i] = bits[cand[i]] & np.uint32(0x7FFFFFFF)
+    kth, above = kth_key(keys, k)
     ties = k - above     # entries equal to the k-th largest that are kept, lowest first
     j = 0
     for i in range(m):
@@ -243,3 +259,49 @@ def topk_among(bits, cand, k, out):
             out[j] = cand[i]
             j += 1
     return j
+
+
+@njit(cache=True, nogil=True)
+def delta8_encode(idx, out):
+    """Gaps of the sorted unique positions `idx` as delta8 bytes (255 = escape: add 255
+    and read on) into `out`, sized by index_sizes; returns the bytes written."""
+    prev = -1
+    j = 0
+    for i in range(idx.size):
+        g = idx[i] - prev - 1
+        prev = idx[i]
+        while g >= 255:
+            out[j] = 255
+            j += 1
+            g -= 255
+        out[j] = g
+        j += 1
+    return j
+
+
+@njit(cache=True, nogil=True)
+def delta8_decode(data, k, numel, out):
+    """Inverse of delta8_encode for untrusted bytes: returns 0, or -1 where the bytes do
+    not hold exactly k positions in [0, numel) (never writes past out[k - 1])."""
+    pos = -1
+    gap = 0
+    j = 0
+    for i in range(data.size):
+        b = data[i]
+        if b == 255:
+            gap += 255
+            if gap >= numel:            # a gap past the end (also keeps gap small)
+                return -1
+        else:
+            if j >= k:
+                return -1
+            pos += gap + b + 1
+            if pos >= numel:
+                return -1
+            out[j] = pos
+            j += 1
+            gap = 0
+    if j != k or gap != 0:              # too few positions, or the bytes end inside a gap
+        return -1
+    return 0
+

@@ -12,6 +12,17 @@ if str(ROOT) not in sys.path:  # the tests run against this checkout, installed 
 
 os.environ["MPLBACKEND"] = "Agg"  # no window may open during a test
 
+# Property tests draw the same examples on every run, so a failure in CI is a bug that
+# reproduces, never bad luck. To search for new failing examples locally:
+#   HYPOTHESIS_PROFILE=explore python -m pytest tests/test_wire_fuzz.py
+try:
+    from hypothesis import settings as _hypothesis_settings
+    _hypothesis_settings.register_profile("repeatable", derandomize=True, database=None)
+    _hypothesis_settings.register_profile("explore", derandomize=False)
+    _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
+except ImportError:
+    pass
+
 
 _WALL_TIMES = pytest.StashKey[dict]()
 

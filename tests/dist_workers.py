@@ -279,12 +279,12 @@ def measured_allreduce(latency):
     return {"rank": dist.get_rank(), "sizes": sizes, "times": times, "tries": tries}
 
 
-def nan_gradient():
+def nan_gradient(error_feedback=False):
     from torch.nn.parallel import DistributedDataParallel as DDP
     from milktea.distributed import hooks
     from milktea.compressors import TopK
     model = DDP(_net())
-    hooks.compress(model, TopK(0.1), min_size=0)
+    hooks.compress(model, TopK(0.1), min_size=0, error_feedback=error_feedback)
     for step in range(3):
         x, y = _batch(dist.get_rank(), step)
         if step == 2 and dist.get_rank() == 1:

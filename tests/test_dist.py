@@ -133,8 +133,9 @@ def test_bad_arguments_and_nan_gradients():
     from milktea.ddp import compress
     with pytest.raises(TypeError, match="DistributedDataParallel"):
         compress(torch.nn.Linear(2, 2), TopK(0.1))
-    with pytest.raises(WorkerError, match=r"rank 1 failed: .*milktea hook on rank 1.*ValueError.*non-finite"):
-        launch(w.nan_gradient, 2, timeout=120)
+    for ef in (False, True):   # with error feedback the NaN must not hide in the ledger
+        with pytest.raises(WorkerError, match=r"rank 1 failed: .*milktea hook on rank 1.*ValueError.*non-finite"):
+            launch(w.nan_gradient, 2, args=(ef,), timeout=120)
     said = launch(w.hook_refusals, 1, timeout=120)
     assert [kind for kind, _ in said] == ["ValueError", "TypeError", "TypeError", "ValueError"]
     assert "start_step must be >= 0, got -1" in said[0][1] and "min_size must be an int" in said[1][1]

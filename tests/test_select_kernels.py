@@ -89,3 +89,39 @@ def test_other_compressors_add_the_gradient_through_the_public_api():
     assert torch.allclose(q.decompress(p) + r, grad)
     with pytest.raises(ValueError, match="non-finite"):
         q.compress_with_feedback(torch.zeros(3), grad=torch.tensor([0.0, float("nan"), 1.0]))
+
+
+
+
+def test_numba_index_sizes_and_kth_match_torch(monkeypatch):
+    _numba_or_skip()
+    from milktea import index
+    x = torch.randn(3_000_000, generator=torch.Generator().manual_seed(9))
+    x[1_000_000:2_900_000] = 0                          # gaps of every varint length
+    idx = select_topk(x, 20_000)
+    fast = index.sizes(idx, x.numel())
+    assert kernels.kth_largest_abs(x, 1234) == float(torch.topk(x.abs(), 1234).values[-1])
+    monkeypatch.setattr(kernels, "USE_NUMBA", False)
+    assert index.sizes(idx, x.numel()) == fast
+    assert kernels.kth_largest_abs(x, 1234) is None
+
+
+def test_compiled_delta8_matches_torch_and_refuses_bad_bytes(monkeypatch):
+    _numba_or_skip()
+    from milktea import index
+    x = torch.randn(2_000_000, generator=torch.Generator().manual_seed(4))
+    x[100_000:900_000] = 0                                 # long gaps: escape bytes
+    idx = select_topk(x, 70_000)
+    enc, data = index.encode(idx, x.numel(), "delta8")
+    assert torch.equal(index.decode("delta8", data, idx.numel(), x.numel()), idx)
+    with monkeypatch.context() as m:
+        m.setattr(kernels, "USE_NUMBA", False)
+        assert torch.equal(index.encode(idx, x.numel(), "delta8")[1], data)
+    bad = [(data, idx.numel() + 1, x.numel()),             # announces more than it holds
+           (data, idx.numel() - 1, x.numel()),             # fewer
+           (data, idx.numel(), int(idx[-1])),              # a position past the end
+           (torch.cat([data, torch.tensor([255, 3], dtype=torch.uint8)]), idx.numel(), x.numel())]
+    for d, k, n in bad:
+        with pytest.raises(ValueError, match="delta8"):
+            index.decode("delta8", d, k, n)
+

@@ -130,6 +130,23 @@ class Compressor:
             raise TypeError(f"decompress_add needs a Packet, got {type(packet).__name__}")
         return decode_add(packet, out, alpha)
 
+    def decompress_mean(self, packets: Sequence[Packet], out: torch.Tensor) -> torch.Tensor:
+        """out = the mean of the decoded packets, in place: packet 0 decoded into out, the
+        others added in order, divided by their count (what an all-gather delivers).
+
+        >>> from milktea import TopK
+        >>> c = TopK(k=1)
+        >>> c.decompress_mean([c.compress(torch.tensor([0., 4, 1])), c.compress(torch.tensor([2., 0, 0]))],
+        ...                   out=torch.empty(3))
+        tensor([1., 2., 0.])
+        """
+        if not packets:
+            raise ValueError("decompress_mean needs at least one packet")
+        self.decompress(packets[0], out=out)
+        for p in packets[1:]:
+            self.decompress_add(p, out)
+        return out.div_(len(packets))
+
     def compress_with_feedback(self, residual: torch.Tensor, dtype: torch.dtype | None = None,
                                grad: torch.Tensor | None = None) -> Packet:
         """Compress `residual` and subtract what was sent from it, in place.

@@ -178,8 +178,9 @@ class AllGather(Protocol):
     Hot path, per bucket: each item is compressed on its own (with error feedback: the
     gradient added to its ledger, which Top-K fuses with its selection's first pass over
     memory); the packets are laid end to end as one byte string per rank and
-    all-gathered (sizes first); then each item is overwritten by rank 0's decoded packet,
-    the other ranks' packets are added into it, and it is divided by N. Nothing is
+    all-gathered (sizes first); then each item is overwritten by the mean of the ranks'
+    decoded packets (`decompress_mean`: rank 0's decoded, the others added in rank order,
+    divided by N; a sparse packet's mean divides only the entries it touched). Nothing is
     re-quantized on the way, so every rank gets exactly mean_r decode(packet_r).
     """
     collective = "allgather"
@@ -201,18 +202,15 @@ class AllGather(Protocol):
         t0 = time.perf_counter()
         offsets = [0] * len(parts)
         for it in items:
-            c = self.coders[it.name]
+            packets = []
             for r, part in enumerate(parts):
                 packet = Packet.from_tensor(part[offsets[r]:])
                 offsets[r] += packet.nbytes
                 if packet.shape != tuple(it.tensor.shape):
                     raise ValueError(f"rank {r} sent a packet of shape {packet.shape} for {it.name}, "
                                      f"which has shape {tuple(it.tensor.shape)}")
-                if r == 0:
-                    c.decompress(packet, out=it.tensor)
-                else:
-                    c.decompress_add(packet, it.tensor)
-            it.tensor.div_(len(parts))
+                packets.append(packet)
+            self.coders[it.name].decompress_mean(packets, out=it.tensor)
         _log(comm, step, decode_s=time.perf_counter() - t0)
 
     def probe(self, tensors, link):
