@@ -26,6 +26,8 @@ import warnings
 import numpy as np
 import torch
 
+import milktea.threads  # noqa: F401  (sizes this rank's pools before numba, loaded later, starts its own)
+
 NUMBA_MIN_NUMEL = 1 << 16   # below this, JIT start-up costs more than it saves
 BLOCK = 1 << 15             # entries per parallel work item of the compiled loops
 

@@ -10,16 +10,21 @@ import pytest
 from milktea.threads import cpu_count, per_rank
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# milktea.kernels (what loads numba for milktea) sizes the pools before numba starts them
+# milktea.kernels sizes the pools before numba (which it loads only on first use) starts them
 PROBE = ("import json, milktea.kernels, numba, torch; from milktea import threads; "
          "print(json.dumps([numba.config.NUMBA_NUM_THREADS, torch.get_num_threads(), threads.configure()]))")
+# the way a user's script gets there: `import milktea`, then a compressor on a gradient large
+# enough for the compiled loops, which is when numba is first imported
+PUBLIC = ("import json, sys, torch, milktea; assert 'numba' not in sys.modules; "
+          "milktea.TopK(0.01).compress(torch.randn(1 << 18)); import numba; from milktea import threads; "
+          "print(json.dumps([numba.config.NUMBA_NUM_THREADS, torch.get_num_threads(), threads.configure()]))")
 
 
-def _pools(**env):
+def _pools(probe=PROBE, **env):
     full = {k: v for k, v in os.environ.items()
             if k not in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "LOCAL_WORLD_SIZE", "MKL_NUM_THREADS")}
     full.update(PYTHONPATH=ROOT, **env)
-    r = subprocess.run([sys.executable, "-c", PROBE], env=full, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-c", probe], env=full, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -32,6 +37,12 @@ def test_per_rank_share():
 
 def test_a_rank_under_torchrun_gets_its_share_of_the_cores():
     numba_n, torch_n, plan = _pools(LOCAL_WORLD_SIZE="2")
+    share = max(1, cpu_count() // 2)
+    assert numba_n == share and torch_n == share and plan["numba"] == share
+
+
+def test_numba_loaded_on_first_use_starts_with_the_share():
+    numba_n, torch_n, plan = _pools(PUBLIC, LOCAL_WORLD_SIZE="2")
     share = max(1, cpu_count() // 2)
     assert numba_n == share and torch_n == share and plan["numba"] == share
 
