@@ -14,8 +14,6 @@ from milktea.compressors import Compressor
 from milktea.distributed import launch, protocols
 from milktea.packet import Packet
 
-pytestmark = pytest.mark.xfail(not hasattr(milktea.packet, "register_codec"), strict=True,
-                               reason="needs milktea.packet.register_codec (the open codec registry)")
 sys.path.insert(0, os.path.dirname(__file__))
 
 
@@ -39,8 +37,7 @@ def _decode_every_other(packet, out=None):
     return res
 
 
-if hasattr(milktea.packet, "register_codec"):
-    milktea.packet.register_codec("test-every-other", 201, _decode_every_other, expansion=0.5)
+milktea.packet.register_codec("test-every-other", 201, _decode_every_other, expansion=0.5)
 
 
 def test_the_cost_model_and_the_simulator_read_its_protocol():
