@@ -514,3 +514,17 @@ def load_refusals(path):
             errors[what] = str(e)
     state.close()
     return errors
+
+
+def slowest_codec():
+    """Two Top-K steps, then each rank claims a different codec time; Run.finish must
+    hand every rank the slowest rank's figures (the collective waited for it)."""
+    from milktea.distributed.train import Run, TrainConfig
+    run = Run(TrainConfig(scheme="topk", steps=2, hidden=32, batch=8))
+    for _ in range(2):
+        run.step()
+    rank = dist.get_rank()
+    for r in run.records:   # rank 1 compresses slower, rank 0 decodes slower
+        r["compress_s"], r["decode_s"] = 1.0 + rank, 2.0 - rank
+    out = run.finish()
+    return [(r["step"], r["compress_s"], r["decode_s"]) for r in out["records"]]

@@ -159,6 +159,12 @@ def test_measure_allreduce_takes_the_fastest_try_of_the_slowest_rank():
     assert all(t >= 0.02 for t in out[0]["times"])                            # rank 1's, the slowest
 
 
+def test_a_step_is_priced_with_the_slowest_ranks_codec_time():
+    out = launch(w.slowest_codec, 2, results="all", timeout=120)
+    assert out[0] == out[1]
+    assert out[0] == [(0, 2.0, 2.0), (1, 2.0, 2.0)]   # the max of each, on every rank
+
+
 def test_train_config_refuses_counts_it_cannot_run():
     from milktea.distributed.train import TrainConfig
     with pytest.raises(ValueError, match="steps must be >= 1, got 0"):

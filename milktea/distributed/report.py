@@ -20,7 +20,8 @@ def predict_step(compute: dict, rec: dict, link: "cost.Link", workers: int) -> f
     """The cost model's time for one step: forward, then backward bucket by bucket with the
     codec work on the same cores, each bucket's collectives on one link overlapping the
     backward of the next buckets (cost.overlapped_timeline), then the optimizer step.
-    The collectives are the ones the step really issued (rec["ops"]), priced on `link`."""
+    The collectives are the ones the step really issued (rec["ops"]), priced on `link`; the
+    codec time is the slowest rank's (Run.finish), since every collective waits for it."""
     ops = rec.get("ops") or []
     buckets = max(1, int(rec.get("buckets") or 1))
     comm = sum(cost.comm_time(n, workers, link, kind) for kind, n in ops)
@@ -106,7 +107,8 @@ class Comparison:
                              f"{len(d)} buckets: {why}")
         lines.append("")
         lines.append("MB/step: what one worker hands to collectives per step; model: the calibrated cost "
-                     "model for the collectives each scheme issued, plus the measured compute and codec time.")
+                     "model for the collectives each scheme issued, plus the measured compute and the slowest "
+                     "rank's codec time (each collective waits for it).")
         lines += [f"note: {n}" for n in notes]
         return "\n".join(lines)
 

@@ -186,14 +186,16 @@ class Run:
         evaluate on the held-out split; the same summary on every rank."""
         self.close()
         records = self.records
-        timed = ("step_s", "forward_s", "backward_s", "optimizer_s")   # each the slowest rank's
-        mine = torch.tensor([[r["loss"], *(r[k] for k in timed)] for r in records], dtype=torch.float64)
+        # each the slowest rank's: a collective waits for the last rank to hand in its packet,
+        # so the cost model prices a step with the slowest rank's codec time, not rank 0's
+        timed = ("step_s", "forward_s", "backward_s", "optimizer_s", "compress_s", "decode_s")
+        mine = torch.tensor([[r["loss"], *(r.get(k, 0.0) for k in timed)] for r in records], dtype=torch.float64)
         every = [torch.empty_like(mine) for _ in range(self.world)]
         dist.all_gather(every, mine)
         stacked = torch.stack(every)
         for i, r in enumerate(records):
             r["loss"] = float(stacked[:, i, 0].mean())
-            r.update({k: float(stacked[:, i, 1 + j].max()) for j, k in enumerate(timed)})
+            r.update({k: float(stacked[:, i, 1 + j].max()) for j, k in enumerate(timed) if k in r})
         stats = self.handle.stats
         return {"config": asdict(self.cfg), "scheme": self.cfg.scheme, "label": self.handle.label,
                 "workers": self.world, "params": sum(p.numel() for p in self.net.parameters()),
