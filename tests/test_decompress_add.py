@@ -51,6 +51,19 @@ def test_many_pieces(name):
     assert torch.equal(comp.decompress_add(p, base.clone(), alpha=-1.0), reference(comp, p, base, -1.0))
 
 
+@pytest.mark.parametrize("bits,chunk", [(8, 1000), (4, 999), (2, 1024), (8, 1 << 21)])
+def test_quantized_pieces_start_on_chunk_and_byte_boundaries(bits, chunk):
+    # pieces decode with the whole-tensor kernel on slices of codes and scales: a chunk that
+    # does not divide the piece, an odd one (pieces must also start on a byte), and one longer
+    # than any piece (decoded entry by entry instead) all give decode-then-add's bits
+    n = 2 * PIECE + 1001
+    x = torch.randn(n, generator=torch.Generator().manual_seed(4))
+    comp = Quantize(bits=bits, chunk=chunk)
+    p = comp.compress(x)
+    base = torch.randn(n, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(comp.decompress_add(p, base.clone(), alpha=1.0), reference(comp, p, base, 1.0))
+
+
 def test_checks_out():
     comp = ZOO["topk"]()
     p = comp.compress(torch.randn(100))

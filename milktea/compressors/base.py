@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from typing import Sequence
 
 import torch
@@ -63,6 +64,16 @@ def flat_float32(t: torch.Tensor) -> torch.Tensor:
     if t.dtype != torch.float32:
         t = t.float()
     return t if t.is_contiguous() else t.contiguous()
+
+
+def chunk_step(chunk: int, limit: int = 1 << 20) -> int | None:
+    """A piece length for add_pieces that starts every piece on a chunk boundary and a byte
+    boundary (>= PIECE entries, a multiple of both `chunk` and 8), so a piece decodes with
+    the codec's whole-tensor kernel on a slice of the codes and scales; None when such a
+    piece would be longer than `limit` entries."""
+    step = chunk * -(-PIECE // chunk)
+    step = step * 8 // math.gcd(step, 8)
+    return step if step <= limit else None
 
 
 def add_pieces(packet: Packet, out: torch.Tensor, piece, alpha: float, step: int = PIECE) -> None:

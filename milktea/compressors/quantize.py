@@ -21,7 +21,7 @@ from .. import kernels
 from ..bits import pack, packed_size, unpack
 from ..checks import check_choice, check_positive_int
 from ..packet import Packet, register_codec
-from .base import (Compressor, add_pieces, expect_layout, expect_nbytes, flat_float32, from_bytes,
+from .base import (Compressor, add_pieces, chunk_step, expect_layout, expect_nbytes, flat_float32, from_bytes,
                    output, to_bytes)
 
 #: Norms saturate here (half of float32's largest value), so that norm / levels * levels
@@ -133,7 +133,15 @@ def _levels_piece(packet, bits, chunk, steps, offset):
 def _add_quant(packet, out, alpha):
     bits, chunk = _quant_layout(packet)
     scales = from_bytes(packet.parts[1], torch.float32)
-    add_pieces(packet, out, _levels_piece(packet, bits, chunk, scales, 2 ** (bits - 1)), alpha)
+    step = chunk_step(chunk)
+    if step is None:   # chunks longer than a scratch should be: entry by entry
+        return add_pieces(packet, out, _levels_piece(packet, bits, chunk, scales, 2 ** (bits - 1)), alpha)
+
+    def piece(s, e):   # whole chunks from a byte boundary: the decoder's own kernel on a slice
+        codes = packet.parts[0][s * bits // 8: packed_size(e, bits)]
+        scratch = torch.empty(e - s, device=codes.device)
+        return kernels.dequantize_packed(codes, scales[s // chunk: -(-e // chunk)], chunk, bits, scratch)
+    add_pieces(packet, out, piece, alpha, step)
 
 
 def _level_bits(levels: int) -> int:

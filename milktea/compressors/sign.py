@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 
 from .. import kernels
-from ..bits import packed_size, unpack
+from ..bits import packed_size
 from ..packet import Packet, register_codec
-from .base import (Compressor, add_pieces, expect_layout, expect_nbytes, flat_float32, from_bytes,
+from .base import (Compressor, add_pieces, chunk_step, expect_layout, expect_nbytes, flat_float32, from_bytes,
                    output, to_bytes)
 
 
@@ -60,10 +60,10 @@ def _decode_sign(packet, out=None):
 def _add_sign(packet, out, alpha):
     scale = _scale_of(packet)
 
-    def piece(s, e):
-        bits = unpack(packet.parts[0][s // 8: packed_size(e, 1)], 1, e - s)
-        return kernels.sign_values(bits, scale, torch.empty(e - s, device=bits.device))
-    add_pieces(packet, out, piece, alpha)
+    def piece(s, e):   # s is a multiple of 8: the decoder's own kernel on a slice of the bits
+        packed = packet.parts[0][s // 8: packed_size(e, 1)]
+        return kernels.sign_unpack(packed, scale, torch.empty(e - s, device=packed.device))
+    add_pieces(packet, out, piece, alpha, chunk_step(1))
 
 
 register_codec("sign", 6, _decode_sign, expansion=8.0, add=_add_sign)
