@@ -15,7 +15,7 @@ import torch
 from .. import kernels
 from ..bits import packed_size
 from ..packet import Packet, register_codec
-from .base import (Compressor, add_pieces, chunk_step, expect_layout, expect_nbytes, flat_float32, from_bytes,
+from .base import (Compressor, add_pieces, expect_layout, expect_nbytes, flat_float32, from_bytes,
                    output, to_bytes)
 
 
@@ -63,7 +63,7 @@ def _add_sign(packet, out, alpha):
     def piece(s, e):   # s is a multiple of 8: the decoder's own kernel on a slice of the bits
         packed = packet.parts[0][s // 8: packed_size(e, 1)]
         return kernels.sign_unpack(packed, scale, torch.empty(e - s, device=packed.device))
-    add_pieces(packet, out, piece, alpha, chunk_step(1))
+    add_pieces(packet, out, piece, alpha)
 
 
 register_codec("sign", 6, _decode_sign, expansion=8.0, add=_add_sign)
