@@ -45,7 +45,7 @@ def _varint_lengths(g: torch.Tensor) -> torch.Tensor:
 def sizes(indices: torch.Tensor, numel: int) -> dict[str, int]:
     """Exact byte size of every encoding for these sorted unique indices."""
     k = indices.numel()
-    fast = kernels.index_sizes(indices)          # one compiled pass, for large CPU selections
+    fast = kernels.index_sizes(indices, numel)          # one compiled pass, for large CPU selections
     if fast is not None:
         delta8, varint = fast
     else:
@@ -88,7 +88,7 @@ def encode(indices: torch.Tensor, numel: int, encoding: str = "auto",
         bits = torch.zeros(numel, dtype=torch.uint8, device=indices.device)
         bits[indices] = 1
         return encoding, pack(bits, 1)
-    nb = kernels.jit(indices) if encoding == "delta8" and indices.dtype == torch.int64 else None
+    nb = kernels.jit(indices, numel) if encoding == "delta8" and indices.dtype == torch.int64 else None
     if nb is not None:
         out = torch.empty((s or sizes(indices, numel))["delta8"], dtype=torch.uint8)
         nb.delta8_encode(indices.numpy(), out.numpy())
@@ -140,7 +140,7 @@ def decode(encoding: str, data: torch.Tensor, k: int, numel: int) -> torch.Tenso
         if not k <= data.numel() or int(data[-1]) == ESCAPE:
             raise ValueError(f"delta8 index part of {data.numel()} bytes cannot hold the {k} gaps the "
                              f"packet announces (or it ends inside a gap)")
-        nb = kernels.jit(data) if data.is_contiguous() else None
+        nb = kernels.jit(data, numel) if data.is_contiguous() else None
         if nb is not None:            # one compiled pass that checks as it goes
             idx = torch.empty(k, dtype=torch.int64)
             if nb.delta8_decode(data.numpy(), k, numel, idx.numpy()) != 0:

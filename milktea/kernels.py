@@ -30,6 +30,7 @@ import milktea.threads  # noqa: F401  (sizes this rank's pools before numba, loa
 
 NUMBA_MIN_NUMEL = 1 << 16   # below this, JIT start-up costs more than it saves
 BLOCK = 1 << 15             # entries per parallel work item of the compiled loops
+FOUND_PER_BLOCK = 1 << 11   # positions above a threshold a block keeps in the first pass (6%)
 
 # False forces the torch path (MILKTEA_NUMBA=0, or a test); numba itself is imported only
 # when a tensor first needs it (see jit), so `import milktea` never pays for it.
@@ -59,11 +60,16 @@ def _load():
         return None
 
 
-def jit(t: torch.Tensor | None = None):
+def jit(t: torch.Tensor | None = None, numel: int | None = None):
     """The compiled loops (milktea.numba_kernels) if they should run on `t`, else None:
     CPU tensors of at least NUMBA_MIN_NUMEL entries, numba loadable, not switched off.
-    Sizes numba's thread pool to torch's on every call (a user may change it)."""
-    if not USE_NUMBA or (t is not None and (t.device.type != "cpu" or t.numel() < NUMBA_MIN_NUMEL)):
+    Sizes numba's thread pool to torch's on every call (a user may change it).
+
+    numel: the size to judge by instead of t's own. Index loops pass the size of the
+    tensor the indices address: a 1% selection of a 6M-entry bucket has 63k indices,
+    under the threshold, yet the selection itself has loaded numba already."""
+    size = t.numel() if numel is None and t is not None else numel
+    if not USE_NUMBA or (t is not None and (t.device.type != "cpu" or size < NUMBA_MIN_NUMEL)):
         return None
     nb = _load()
     if nb is not None:
@@ -161,25 +167,26 @@ def above_threshold(x: torch.Tensor, t: float, add: torch.Tensor | None = None) 
     """Sorted int64 positions where |x| >= t (flat x), without a full-size temporary.
 
     add: a tensor like x added to it first, in place (x += add), in the same pass over
-    memory where the compiled loops run: error feedback's ledger update and the count of
-    candidates cost one read of the ledger instead of two. A NaN or an infinity in the
-    sum raises ValueError (x then holds the sum).
+    memory where the compiled loops run: error feedback's ledger update and finding the
+    candidates cost one pass over the ledger (blocks denser than FOUND_PER_BLOCK are
+    read a second time). A NaN or an infinity in the sum raises ValueError (x then holds
+    the sum).
     """
     nb = jit(x) if x.dtype in (torch.float32, torch.float64) else None
     if nb is not None and (add is None or add.dtype == x.dtype):
         xn = _np(x)
-        counts = np.empty((x.numel() + BLOCK - 1) // BLOCK, dtype=np.int64)
-        if add is None:
-            nb.count_above(xn, xn.dtype.type(t), counts)
-        else:
-            bad = np.zeros_like(counts, dtype=np.uint8)
-            nb.add_count_above(xn, _np(add.reshape(-1)), xn.dtype.type(t), counts, bad)
-            if bad.any():
-                raise ValueError(_nonfinite_message(x))
+        blocks = (x.numel() + BLOCK - 1) // BLOCK
+        counts = np.empty(blocks, dtype=np.int64)
+        bad = np.zeros(blocks, dtype=np.uint8)
+        found = np.empty((blocks, FOUND_PER_BLOCK), dtype=np.int32)   # pages touched as written
+        g = _np(add.reshape(-1)) if add is not None else xn[:0]
+        nb.collect_above(xn, g, xn.dtype.type(t), found, counts, bad)
+        if bad.any():
+            raise ValueError(_nonfinite_message(x))
         starts = np.zeros_like(counts)
         np.cumsum(counts[:-1], out=starts[1:])
         out = torch.empty(int(counts.sum()), dtype=torch.int64)
-        nb.fill_above(xn, xn.dtype.type(t), starts, _np(out))
+        nb.gather_above(xn, xn.dtype.type(t), found, counts, starts, _np(out))
         return out
     if add is not None:
         add_finite(x, add)
@@ -205,24 +212,46 @@ def _nonfinite_message(x: torch.Tensor, what: str = "ledger + gradient") -> str:
             "rate, clip the gradients, or find the NaN (torch.autograd.set_detect_anomaly)")
 
 
-def kth_largest_abs(x: torch.Tensor, k: int) -> float | None:
-    """The k-th largest |x| of a flat float32 tensor by a radix select (no sort), or None
-    where the compiled loops do not run (the caller has the torch version)."""
-    nb = jit(x) if x.dtype == torch.float32 else None
+def sampled_kth_abs(x: torch.Tensor, add: torch.Tensor | None, pick: torch.Tensor, run: int,
+                    k: int) -> float | None:
+    """kth_largest_abs of the sample made of the runs of `run` entries of flat float32
+    x (+ add) that start at pick * run, read in place; None where the compiled loops do
+    not run on a sample of that size (the caller gathers it with torch)."""
+    ok = x.dtype == torch.float32 and (add is None or add.dtype == x.dtype) and pick.dtype == torch.int64
+    nb = jit(x, pick.numel() * run) if ok else None
     if nb is None:
         return None
-    key = nb.kth_largest_abs(_np(x).view(np.uint32), k)
+    g = _np(add.reshape(-1)) if add is not None else np.empty(0, np.float32)
+    key = nb.sampled_kth_abs(_np(x), g, _np(pick), run, k)
     return float(np.array([key], dtype=np.uint32).view(np.float32)[0])
 
 
-def index_sizes(idx: torch.Tensor) -> tuple[int, int] | None:
-    """(delta8 bytes, varint bytes) of sorted unique int64 positions on the CPU, in one
-    compiled pass; None where the compiled loops do not run (see milktea.index.sizes)."""
-    nb = jit(idx) if idx.dtype == torch.int64 else None
+def index_sizes(idx: torch.Tensor, numel: int) -> tuple[int, int] | None:
+    """(delta8 bytes, varint bytes) of sorted unique int64 positions in [0, numel) on the
+    CPU, in one compiled pass; None where the compiled loops do not run (see
+    milktea.index.sizes)."""
+    nb = jit(idx, numel) if idx.dtype == torch.int64 else None
     if nb is None:
         return None
     d8, vi = nb.index_sizes(_np(idx))
     return int(d8), int(vi)
+
+
+def sparse_mean(pieces: list[tuple[torch.Tensor, torch.Tensor]], out: torch.Tensor) -> bool:
+    """out.view(-1) = the mean of sparse packets given as (sorted unique int64 indices,
+    values in out's dtype), with `out` zeroed by the caller; one compiled merge of the
+    sorted lists that writes each position once. Same bits as the torch way: the first
+    packet's values put in place, the others added in order, then divided by their
+    count. False where the compiled loops do not run (the caller has the torch way)."""
+    nb = jit(out) if out.dtype in (torch.float32, torch.float64) else None
+    if nb is None or any(i.dtype != torch.int64 or v.dtype != out.dtype for i, v in pieces):
+        return False
+    offs = np.zeros(len(pieces) + 1, dtype=np.int64)
+    np.cumsum([i.numel() for i, _ in pieces], out=offs[1:])
+    count = np.array([len(pieces)], dtype=_np(out).dtype)
+    nb.sparse_mean(_np(torch.cat([i for i, _ in pieces])), _np(torch.cat([v for _, v in pieces])),
+                   offs, count, _np(out.view(-1)))
+    return True
 
 
 def topk_among(x: torch.Tensor, cand: torch.Tensor, k: int) -> torch.Tensor | None:

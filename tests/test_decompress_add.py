@@ -64,6 +64,53 @@ def test_quantized_pieces_start_on_chunk_and_byte_boundaries(bits, chunk):
     assert torch.equal(comp.decompress_add(p, base.clone(), alpha=1.0), reference(comp, p, base, 1.0))
 
 
+def bits_of(t):
+    return t.view({torch.float64: torch.int64, torch.float32: torch.int32}.get(t.dtype, torch.int16))
+
+
+@pytest.mark.parametrize("numba", [True, False])
+@pytest.mark.parametrize("name", sorted(ZOO))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_mean_matches_decode_add_divide(name, dtype, numba, monkeypatch):
+    # decompress_mean may take a shortcut (sparse packets: one merge of the sorted index
+    # lists, dividing only listed positions); whatever it does, its bits are those of
+    # packet 0 decoded, the others added in order, then the whole divided by the count
+    from milktea import kernels
+    monkeypatch.setattr(kernels, "USE_NUMBA", numba)
+    monkeypatch.setattr(kernels, "NUMBA_MIN_NUMEL", 0)     # the compiled loops even at this size
+    comp = ZOO[name]()
+    x = make_input(name, dtype=dtype)
+    x[0, :3] = -0.0           # a negative zero Top-K keeps only where k passes the nonzeros
+    for count in (1, 2, 3, 5):
+        # overlapping supports: each worker's gradient is the last one's, partly redrawn
+        packets = []
+        for r in range(count):
+            x = x.clone()
+            x[r % x.shape[0]] = make_input(name, dtype=dtype, seed=r + 1)[r % x.shape[0]]
+            packets.append(comp.compress(x))
+        want = comp.decompress(packets[0]).clone()
+        for p in packets[1:]:
+            comp.decompress_add(p, want)
+        want.div_(count)
+        got = comp.decompress_mean(packets, out=torch.full(x.shape, float("nan"), dtype=dtype))
+        assert torch.equal(bits_of(got), bits_of(want)), (name, count)
+
+
+@pytest.mark.parametrize("numba", [True, False])
+def test_mean_keeps_the_sign_of_a_zero_as_decode_then_add(numba, monkeypatch):
+    # a -0.0 that packet 0 sends stays -0.0 (decode puts it in place); sent by a later
+    # packet, it is added to a zero and becomes +0.0: what decode-then-add gives
+    from milktea import kernels
+    monkeypatch.setattr(kernels, "USE_NUMBA", numba)
+    monkeypatch.setattr(kernels, "NUMBA_MIN_NUMEL", 0)
+    comp = TopK(k=2)
+    a = comp.compress(torch.tensor([5.0, -0.0, 0.0, 0.0]))      # keeps 5 and the -0.0
+    b = comp.compress(torch.tensor([0.0, 0.0, 9.0, 8.0]))
+    for packets, sign in (([a, b], "-0.0"), ([b, a], "0.0")):
+        got = comp.decompress_mean(packets, out=torch.empty(4))
+        assert got.tolist()[::2] == [2.5, 4.5] and str(float(got[1])) == sign
+
+
 def test_checks_out():
     comp = ZOO["topk"]()
     p = comp.compress(torch.randn(100))

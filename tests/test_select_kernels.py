@@ -23,6 +23,25 @@ def test_exact_selection_matches_the_reference(n, k):
     assert torch.equal(select_topk(x, k), _reference(x, k))
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_candidates_of_a_dense_block_are_read_again(fused):
+    # the first pass keeps kernels.FOUND_PER_BLOCK positions per block; a block with more
+    # (here one of large values among small ones, and a run split across the cap) is read
+    # a second time: the candidates still come out complete and in order
+    _numba_or_skip()
+    n = 10 * kernels.BLOCK + 123
+    x = torch.randn(n, generator=torch.Generator().manual_seed(3)) * 0.01
+    x[3 * kernels.BLOCK: 4 * kernels.BLOCK] += 5.0                   # every entry of a block
+    x[5 * kernels.BLOCK + 7: 5 * kernels.BLOCK + 7 + kernels.FOUND_PER_BLOCK + 1] = -2.0  # one too many
+    x[-50:] = 3.0                                                    # the short last block
+    add = torch.randn(n, generator=torch.Generator().manual_seed(4)) * 0.01 if fused else None
+    want_x = x + add if fused else x.clone()
+    want = (want_x.abs() >= 1.0).nonzero().reshape(-1)
+    got = kernels.above_threshold(x, 1.0, add)
+    assert torch.equal(got, want)
+    assert torch.equal(x, want_x)          # the fused pass left the sum in x
+
+
 def test_ties_go_to_the_lowest_position_and_nan_counts_as_largest():
     _numba_or_skip()
     x = torch.zeros(100_000)
@@ -100,10 +119,16 @@ def test_numba_index_sizes_and_kth_match_torch(monkeypatch):
     x[1_000_000:2_900_000] = 0                          # gaps of every varint length
     idx = select_topk(x, 20_000)
     fast = index.sizes(idx, x.numel())
-    assert kernels.kth_largest_abs(x, 1234) == float(torch.topk(x.abs(), 1234).values[-1])
+    # the sample is read in place: runs of 16 at the picked places, plus a gradient's
+    g = torch.randn(x.numel(), generator=torch.Generator().manual_seed(10))
+    pick = torch.randint(x.numel() // 16, (8192,), generator=torch.Generator().manual_seed(11))
+    runs = (pick[:, None] * 16 + torch.arange(16)).reshape(-1)
+    for add, sample in ((None, x[runs]), (g, x[runs] + g[runs])):
+        want = float(torch.topk(sample.abs(), 1234).values[-1])
+        assert kernels.sampled_kth_abs(x, add, pick, 16, 1234) == want
     monkeypatch.setattr(kernels, "USE_NUMBA", False)
     assert index.sizes(idx, x.numel()) == fast
-    assert kernels.kth_largest_abs(x, 1234) is None
+    assert kernels.sampled_kth_abs(x, g, pick, 16, 1234) is None
 
 
 def test_compiled_delta8_matches_torch_and_refuses_bad_bytes(monkeypatch):

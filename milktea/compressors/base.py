@@ -8,7 +8,7 @@ from typing import Sequence
 import torch
 
 from ..checks import check_choice, check_grad, NONFINITE_POLICIES
-from ..packet import Packet, decode, decode_add, register_codec
+from ..packet import Packet, decode, decode_add, decode_mean, register_codec
 
 #: Entries decoded at a time by the chunk-wise paths of decompress_add (a small scratch).
 PIECE = 1 << 16
@@ -153,6 +153,9 @@ class Compressor:
         """
         if not packets:
             raise ValueError("decompress_mean needs at least one packet")
+        if type(self).decompress is Compressor.decompress and \
+                type(self).decompress_add is Compressor.decompress_add:
+            return decode_mean(packets, out)      # the codecs' own: O(k) for sparse packets
         self.decompress(packets[0], out=out)
         for p in packets[1:]:
             self.decompress_add(p, out)

@@ -78,4 +78,5 @@ def _sparse_of_chain(packet: Packet) -> Packet:
 
 SPARSE_DECODERS["chain"] = lambda p: sparse_decode(_sparse_of_chain(p))
 register_codec("chain", 9, lambda p, out=None: _decode_sparse(_sparse_of_chain(p), out),
-               expansion=SPARSE_EXPANSION, add=lambda p, out, alpha: _add_sparse(_sparse_of_chain(p), out, alpha))
+               expansion=SPARSE_EXPANSION, add=lambda p, out, alpha: _add_sparse(_sparse_of_chain(p), out, alpha),
+               sparse=SPARSE_DECODERS["chain"])

@@ -61,13 +61,16 @@ def _sample_threshold(flat: torch.Tensor, expect: float, gen: torch.Generator,
     if m >= n // 2:
         return None
     pick = torch.randint((n - n % RUN) // RUN, (m // RUN,), generator=gen, device="cpu").to(flat.device)
+    size = pick.numel() * RUN
+    above = min(size - 1, max(0, int(round(expect * size / n))))
+    t = kernels.sampled_kth_abs(flat, add, pick, RUN, above + 1)   # a radix select, read in place
+    if t is not None:
+        return t
 
     def sample(t):
         return t.reshape(-1)[: n - n % RUN].view(-1, RUN).index_select(0, pick).reshape(-1)
     s = sample(flat) if add is None else sample(flat).add_(sample(add))
-    above = min(s.numel() - 1, max(0, int(round(expect * s.numel() / n))))
-    t = kernels.kth_largest_abs(s, above + 1)     # a radix select, once numba is loaded
-    return t if t is not None else float(torch.topk(s.abs_(), above + 1, sorted=False).values.min())
+    return float(torch.topk(s.abs_(), above + 1, sorted=False).values.min())
 
 
 def select_topk(flat: torch.Tensor, k: int, *, approximate: bool = False, tolerance: float = 0.05,

@@ -274,5 +274,6 @@ class RandomK(Sparsifier):
         self.step = int(state["step"])
 
 
-register_codec("topk", 1, _decode_sparse, expansion=SPARSE_EXPANSION, add=_add_sparse)
-register_codec("randomk", 2, _decode_sparse, expansion=SPARSE_EXPANSION, add=_add_sparse)
+register_codec("topk", 1, _decode_sparse, expansion=SPARSE_EXPANSION, add=_add_sparse, sparse=sparse_decode)
+register_codec("randomk", 2, _decode_sparse, expansion=SPARSE_EXPANSION, add=_add_sparse,
+               sparse=sparse_decode)
