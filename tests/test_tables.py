@@ -62,6 +62,24 @@ def test_comparison_table_shows_every_figure_and_the_failed_scheme():
     assert "note: Sign+EF: WorkerError: rank 1 died" in text
 
 
+def test_comparison_bounds_the_fastest_scheme_by_the_measured_floor():
+    def recs(step_s, comm_s):
+        return [dict(r, predicted_comm_s=comm_s) for r in _records(step_s, 1e4, 10.0)]
+    results = [{"scheme": "dense", "label": "dense all-reduce", "records": recs(0.040, 0.035),
+                "final": {"loss": 0.4, "accuracy": 0.9}, "params": 1_000_000},
+               {"scheme": "topk", "label": "Top-1%+EF", "records": recs(0.012, 0.001),
+                "final": {"loss": 0.4, "accuracy": 0.9}, "params": 1_000_000},
+               {"scheme": "sign", "label": "Sign+EF", "records": recs(0.016, 0.002),
+                "final": {"loss": 0.4, "accuracy": 0.9}, "params": 1_000_000}]
+    compute = {"forward_s": 1e-3, "backward_s": 4e-3, "optimizer_s": 1e-3}     # 6 ms
+    args = (results, cost.Link.gbit(1), compute, "here", 2, "gloo", {"steps": 6, "batch": 8})
+    assert Comparison(*args).floor_line() == ""                    # not measured: no claim
+    text = Comparison(*args, floor_s=0.003).table()
+    # the fastest (Top-1%+EF, 3.33x): 6 ms compute + 3 ms floor + 1 ms of link = 10 ms -> 4.00x
+    assert "for Top-1%+EF's bytes 10 ms, 4.00x dense at most (measured 3.33x)" in text
+    assert "takes 3.0 ms per step" in text
+
+
 def test_memory_table_checks_targets_and_keeps_failed_schemes():
     def row(name, label, x, target=None, **extra):
         return {"scheme": name, "label": label, "model_bytes": 100e6, "target_x": target,

@@ -2,7 +2,9 @@
 
 1. speed: 2 workers, a ~25M-parameter digits MLP, an emulated 1 Gbit/s link, every scheme:
    Top-1%+EF should be >= 4x faster per step than dense, within 15% of the calibrated cost
-   model, and at least as fast as PyTorch's PowerSGD hook.
+   model, and at least as fast as PyTorch's PowerSGD hook. The table ends with this
+   machine's floor: compute + error feedback's least memory work + the link, against dense
+   (where that is under 4x, no error-feedback codec can reach 4x here).
 2. accuracy: the same model, more steps, on loopback (the link does not change the maths):
    Top-1%+EF within 1 point of dense on the held-out digits.
 3. loopback: the fast link, where compression should not pay; `auto` within 5% of dense.
@@ -50,8 +52,10 @@ def run(config: TrainConfig = BENCH_CONFIG, speed_steps: int = 8, accuracy_steps
         r = _rows(res)
         for key in ("topk", "topk-approx"):
             if key in r:
+                bound = res.bound(r[key])
+                floor = f" (this machine's floor for these bytes: {bound:.2f}x)" if bound else ""
                 checks.append(_check(f"{r[key]['label']} >= 4x faster than dense on 1 Gbit/s",
-                                     r[key]["speedup"] >= 4, f"{r[key]['speedup']:.2f}x"))
+                                     r[key]["speedup"] >= 4, f"{r[key]['speedup']:.2f}x{floor}"))
                 checks.append(_check(f"{r[key]['label']} within 15% of the cost model",
                                      abs(r[key]["model_error"]) <= 0.15, f"{100 * r[key]['model_error']:+.1f}%"))
                 if "torch-powersgd" in r:

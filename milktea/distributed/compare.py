@@ -128,7 +128,7 @@ def _worker(cfg: dict, names: list[str], calibrate_sizes, interleave: bool, extr
     if rank == 0:
         report(("done",))
     return {"model_link": (model_link.bandwidth, model_link.latency), "compute": probe.median(),
-            "results": results, "backend": dist.get_backend(), "interleaved": interleave}
+            "floor_s": probe.floor(), "results": results, "backend": dist.get_backend(), "interleaved": interleave}
 
 
 def compare(names=schemes.COMPARE_DEFAULT, config=None, *, workers: int = 2, netns_gbit: float | None = None,
@@ -196,7 +196,8 @@ def compare(names=schemes.COMPARE_DEFAULT, config=None, *, workers: int = 2, net
         for rec in res.get("records", []):
             rec["predicted_s"] = predict_step(step_compute(rec, out["compute"]), rec, model_link, workers)
     where += ", schemes interleaved step by step" if out["interleaved"] else ", one scheme after another"
-    return Comparison(out["results"], model_link, out["compute"], where, workers, out["backend"], cfg)
+    return Comparison(out["results"], model_link, out["compute"], where, workers, out["backend"], cfg,
+                      floor_s=out["floor_s"])
 
 
 class _Progress:

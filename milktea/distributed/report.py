@@ -49,6 +49,9 @@ class Comparison:
     workers: int
     backend: str
     config: dict
+    #: seconds per step of error feedback's least memory work on this machine (see
+    #: ComputeProbe.floor); None where it was not measured
+    floor_s: float | None = None
 
     @property
     def skip(self) -> int:
@@ -71,6 +74,7 @@ class Comparison:
                 payload_mb=_mean([r.get("payload_bytes", 0) for r in recs]) / 1e6,
                 ratio=_mean([r.get("ratio", float("nan")) for r in recs]),
                 comm_ms=1e3 * _mean([r.get("comm_s", 0) for r in recs]),
+                link_ms=1e3 * _median([r.get("predicted_comm_s", 0) for r in recs]),
                 codec_ms=1e3 * _mean([r.get("compress_s", 0) + r.get("decode_s", 0) for r in recs]),
                 train_loss=_mean([r["loss"] for r in res["records"][-5:]]),
                 test_loss=res["final"]["loss"], accuracy=res["final"]["accuracy"], params=res["params"])
@@ -110,7 +114,34 @@ class Comparison:
                      "model for the collectives each scheme issued, plus the measured compute and the slowest "
                      "rank's codec time (each collective waits for it).")
         lines += [f"note: {n}" for n in notes]
+        bound = self.floor_line()
+        if bound:
+            lines.append(bound)
         return "\n".join(lines)
+
+    def bound(self, row: dict) -> float | None:
+        """The most speedup over dense this machine allows a scheme with error feedback
+        that sends `row`'s bytes: dense's step over compute + the measured floor (see
+        ComputeProbe.floor) + the cost model's time for those bytes. None where no floor
+        was measured or no dense row ran."""
+        if self.floor_s is None or "speedup" not in row:
+            return None
+        dense_ms = row["step_ms"] * row["speedup"]
+        return dense_ms / (1e3 * (sum(self.compute.values()) + self.floor_s) + row["link_ms"])
+
+    def floor_line(self) -> str:
+        """The bound, in words, for the fastest compressed scheme of the table."""
+        rows = [r for r in self.rows if "speedup" in r and r["scheme"] != "dense"]
+        if self.floor_s is None or not rows:
+            return ""
+        best = max(rows, key=lambda r: r["speedup"])
+        bound = self.bound(best)
+        bound_ms = best["step_ms"] * best["speedup"] / bound
+        return (f"floor: error feedback's least memory work takes {1e3 * self.floor_s:.1f} ms per step here "
+                f"(a model-sized ledger += the gradient, the gradient's buffer rewritten; every rank at once), "
+                f"so a scheme with error feedback steps no faster than compute + that + its link time: for "
+                f"{best['label']}'s bytes {bound_ms:.0f} ms, {bound:.2f}x dense at most "
+                f"(measured {best['speedup']:.2f}x).")
 
     def __repr__(self) -> str:
         return self.table()
@@ -171,7 +202,7 @@ class Comparison:
                 f.write(json.dumps(rec) + "\n")
         with open(paths[1], "w") as f:
             json.dump({"where": self.where, "workers": self.workers, "backend": self.backend,
-                       "config": self.config, "compute": self.compute,
+                       "config": self.config, "compute": self.compute, "floor_s": self.floor_s,
                        "model_link": {"bandwidth": self.model_link.bandwidth, "latency": self.model_link.latency},
                        "rows": self.rows}, f, indent=1)
         if plots:

@@ -108,6 +108,12 @@ class ComputeProbe:
         self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
         self.data = _batches(x.to(self.device), y.to(self.device), cfg.batch, cfg.seed, dist.get_rank())
         self.history: list[dict] = []
+        # error feedback's least memory traffic per step, timed beside the compute: a ledger
+        # as large as the model, the gradient added into it, the gradient's buffer rewritten
+        n = sum(p.numel() for p in net.parameters())
+        self._ledger = torch.zeros(n, device=self.device)
+        self._grad = torch.zeros(n, device=self.device)
+        self.floor_history: list[float] = []
 
     def step(self) -> dict:
         xb, yb = next(self.data)
@@ -120,12 +126,25 @@ class ComputeProbe:
             t.append(time.perf_counter())
         rec = {"forward_s": t[1] - t[0], "backward_s": t[2] - t[1], "optimizer_s": t[3] - t[2]}
         self.history.append(rec)
+        t0 = time.perf_counter()
+        self._ledger.add_(self._grad)
+        self._grad.zero_()
+        _sync(self.device)
+        self.floor_history.append(time.perf_counter() - t0)
         return rec
 
     def median(self, skip: int = 2) -> dict:
         """Median of each phase over the steps after `skip` warm-up steps."""
         rows = self.history[skip:] or self.history
         return {k: median(r[k] for r in rows) for k in rows[0]}
+
+    def floor(self, skip: int = 2) -> float:
+        """Median seconds of error feedback's least memory work per step on this rank, with
+        every rank doing the same at once: the ledger += the gradient (read two model-sized
+        buffers, write one) and the gradient's buffer rewritten (where the mean lands). No
+        error-feedback scheme's codec can take less on this machine, whatever it selects."""
+        rows = self.floor_history[skip:] or self.floor_history
+        return median(rows)
 
 
 class Run:
