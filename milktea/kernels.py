@@ -163,14 +163,16 @@ def sign_values(bits: torch.Tensor, scale: float, out: torch.Tensor) -> torch.Te
     return out.copy_(bits).mul_(-2).add_(1).mul_(scale)
 
 
-def above_threshold(x: torch.Tensor, t: float, add: torch.Tensor | None = None) -> torch.Tensor:
-    """Sorted int64 positions where |x| >= t (flat x), without a full-size temporary.
+def above_threshold(x: torch.Tensor, t: float, add: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sorted int64 positions where |x| >= t, x's values there) for flat x, without a
+    full-size temporary.
 
     add: a tensor like x added to it first, in place (x += add), in the same pass over
     memory where the compiled loops run: error feedback's ledger update and finding the
-    candidates cost one pass over the ledger (blocks denser than FOUND_PER_BLOCK are
-    read a second time). A NaN or an infinity in the sum raises ValueError (x then holds
-    the sum).
+    candidates (with their values, so that choosing among them reads nothing at random)
+    cost one pass over the ledger (blocks denser than FOUND_PER_BLOCK are read a second
+    time). A NaN or an infinity in the sum raises ValueError (x then holds the sum).
     """
     nb = jit(x) if x.dtype in (torch.float32, torch.float64) else None
     if nb is not None and (add is None or add.dtype == x.dtype):
@@ -179,18 +181,21 @@ def above_threshold(x: torch.Tensor, t: float, add: torch.Tensor | None = None) 
         counts = np.empty(blocks, dtype=np.int64)
         bad = np.zeros(blocks, dtype=np.uint8)
         found = np.empty((blocks, FOUND_PER_BLOCK), dtype=np.int32)   # pages touched as written
+        found_x = np.empty((blocks, FOUND_PER_BLOCK), dtype=xn.dtype)
         g = _np(add.reshape(-1)) if add is not None else xn[:0]
-        nb.collect_above(xn, g, xn.dtype.type(t), found, counts, bad)
+        nb.collect_above(xn, g, xn.dtype.type(t), found, found_x, counts, bad)
         if bad.any():
             raise ValueError(_nonfinite_message(x))
         starts = np.zeros_like(counts)
         np.cumsum(counts[:-1], out=starts[1:])
         out = torch.empty(int(counts.sum()), dtype=torch.int64)
-        nb.gather_above(xn, xn.dtype.type(t), found, counts, starts, _np(out))
-        return out
+        vals = torch.empty(out.numel(), dtype=x.dtype)
+        nb.gather_above(xn, xn.dtype.type(t), found, found_x, counts, starts, _np(out), _np(vals))
+        return out, vals
     if add is not None:
         add_finite(x, add)
-    return (x.abs() >= t).nonzero().reshape(-1)
+    cand = (x.abs() >= t).nonzero().reshape(-1)
+    return cand, x.index_select(0, cand)
 
 
 def add_finite(x: torch.Tensor, add: torch.Tensor) -> torch.Tensor:
@@ -254,16 +259,31 @@ def sparse_mean(pieces: list[tuple[torch.Tensor, torch.Tensor]], out: torch.Tens
     return True
 
 
-def topk_among(x: torch.Tensor, cand: torch.Tensor, k: int) -> torch.Tensor | None:
-    """The k of the sorted positions `cand` with the largest |x| (flat float32 x), ties to
-    the lowest position, sorted; None where the compiled loops do not run (the caller
-    has the torch version). 1 <= k <= len(cand)."""
-    nb = jit(x) if x.dtype == torch.float32 and cand.dtype == torch.int64 else None
+def topk_among(cand: torch.Tensor, vals: torch.Tensor, k: int, numel: int
+               ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(the k of the sorted positions `cand` whose values `vals` (float32, one per
+    candidate) are largest in magnitude, ties to the lowest position, sorted; their
+    values); None where the compiled loops do not run on a tensor of `numel` entries,
+    the one the candidates come from (the caller has the torch version). 1 <= k <= len(cand)."""
+    ok = vals.dtype == torch.float32 and cand.dtype == torch.int64 and cand.numel() == vals.numel()
+    nb = jit(vals, numel) if ok else None
     if nb is None:
         return None
     out = torch.empty(k, dtype=torch.int64)
-    nb.topk_among(_np(x).view(np.uint32), _np(cand), k, _np(out))
-    return out
+    out_vals = torch.empty(k, dtype=torch.float32)
+    nb.topk_among(_np(vals).view(np.uint32), _np(cand), k, _np(out), _np(out_vals).view(np.uint32))
+    return out, out_vals
+
+
+def zero_at(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """x.view(-1)[idx] = 0 for sorted int64 positions (error feedback crossing out what it
+    sent), in a compiled loop where it runs, else index_fill_."""
+    flat = x.view(-1)
+    nb = jit(flat) if idx.dtype == torch.int64 and idx.device == flat.device else None
+    if nb is None:
+        return flat.index_fill_(0, idx, 0)
+    nb.zero_at(_np(flat), _np(idx))
+    return flat
 
 
 def quantize_packed(x: torch.Tensor, chunk: int, bits: int) -> tuple[torch.Tensor, torch.Tensor]:

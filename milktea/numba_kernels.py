@@ -142,12 +142,12 @@ def sign_unpack(packed, scale, out):
 
 
 @njit(parallel=True, cache=True, nogil=True)   # no fastmath: NaN must compare as NaN
-def collect_above(x, g, t, found, counts, bad):
+def collect_above(x, g, t, found, found_x, counts, bad):
     """One pass over memory, block by block: x += g first where g is not empty (error
     feedback's ledger update), then the positions in the block where |x| >= t.
-    found[b, :counts[b]] = those positions minus the block's start, while counts[b] fits
-    found's row (a block with more is read again by gather_above). bad[b] = 1 where
-    block b met a NaN or an infinity in x + g.
+    found[b, :counts[b]] = those positions minus the block's start and found_x[b, ...]
+    their values, while counts[b] fits found's row (a block with more is read again by
+    gather_above). bad[b] = 1 where block b met a NaN or an infinity in x + g.
 
     One pass instead of a count pass and a fill pass. The block goes by runs of RUN
     entries: a branch-free loop (which LLVM vectorizes) adds and counts a run, and only
@@ -162,6 +162,7 @@ def collect_above(x, g, t, found, counts, bad):
         xs = x[s:e]
         gs = g[s:e] if add else xs
         fs = found[b]
+        fx = found_x[b]
         c = 0
         nonfinite = 0
         for r in range(0, e - s, RUN):
@@ -182,15 +183,17 @@ def collect_above(x, g, t, found, counts, bad):
                     if abs(xr[i]) >= t:
                         if c < cap:
                             fs[c] = r + i
+                            fx[c] = xr[i]
                         c += 1
         counts[b] = c
         bad[b] = nonfinite > 0
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def gather_above(x, t, found, counts, starts, out):
-    """out[starts[b]:starts[b] + counts[b]] = block b's positions with |x| >= t, in order:
-    from collect_above's row, or read again from x where the row was too short."""
+def gather_above(x, t, found, found_x, counts, starts, out, out_x):
+    """out[starts[b]:starts[b] + counts[b]] = block b's positions with |x| >= t, in order,
+    and out_x their values: from collect_above's rows, or read again from x where a row
+    was too short."""
     n = x.size
     cap = found.shape[1]
     for b in prange(counts.size):
@@ -198,13 +201,16 @@ def gather_above(x, t, found, counts, starts, out):
         j = starts[b]
         if counts[b] <= cap:
             fs = found[b]
+            fx = found_x[b]
             for i in range(counts[b]):
                 out[j + i] = s + fs[i]
+                out_x[j + i] = fx[i]
         else:
             xs = x[s:min(s + BLOCK, n)]
             for i in range(xs.size):
                 if abs(xs[i]) >= t:
                     out[j] = s + i
+                    out_x[j] = xs[i]
                     j += 1
 
 
@@ -274,9 +280,11 @@ def index_sizes(idx):
 
 
 @njit(cache=True, nogil=True)
-def topk_among(bits, cand, k, out):
+def topk_among(bits, cand, k, out, out_bits):
     """out[:k] = the k positions of `cand` (sorted) whose |x| is largest, ties to the
-    lowest position, in order; `bits` is float32 x viewed as uint32. Returns k.
+    lowest position, in order, and out_bits[:k] their bits; `bits[i]` is float32
+    x[cand[i]] viewed as uint32 (the candidates' own values, kept as they were found: no
+    reads of x at random). Returns k.
 
     |x|'s bit pattern (sign bit cleared) orders like |x| itself (NaN above infinity, as
     torch.topk), so a radix select on it (kth_key) finds the k-th largest in two passes.
@@ -284,7 +292,7 @@ def topk_among(bits, cand, k, out):
     m = cand.size
     keys = np.empty(m, np.uint32)
     for i in range(m):
-        keys[i] = bits[cand[i]] & np.uint32(0x7FFFFFFF)
+        keys[i] = bits[i] & np.uint32(0x7FFFFFFF)
     kth, above = kth_key(keys, k)
     ties = k - above     # entries equal to the k-th largest that are kept, lowest first
     j = 0
@@ -293,8 +301,17 @@ def topk_among(bits, cand, k, out):
             if keys[i] == kth:
                 ties -= 1
             out[j] = cand[i]
+            out_bits[j] = bits[i]
             j += 1
     return j
+
+
+@njit(cache=True, nogil=True)
+def zero_at(x, idx):
+    """x[idx] = 0 for sorted positions: a plain loop, which measured twice as fast as
+    torch's index_fill_ on 250k positions of a 25M-entry ledger."""
+    for i in range(idx.size):
+        x[idx[i]] = 0
 
 
 @njit(cache=True, nogil=True)   # no fastmath: x / count must round as torch's div_ does

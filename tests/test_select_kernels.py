@@ -37,8 +37,9 @@ def test_candidates_of_a_dense_block_are_read_again(fused):
     add = torch.randn(n, generator=torch.Generator().manual_seed(4)) * 0.01 if fused else None
     want_x = x + add if fused else x.clone()
     want = (want_x.abs() >= 1.0).nonzero().reshape(-1)
-    got = kernels.above_threshold(x, 1.0, add)
+    got, vals = kernels.above_threshold(x, 1.0, add)
     assert torch.equal(got, want)
+    assert torch.equal(vals, want_x[want])   # each candidate's value, as found
     assert torch.equal(x, want_x)          # the fused pass left the sum in x
 
 
@@ -50,8 +51,11 @@ def test_ties_go_to_the_lowest_position_and_nan_counts_as_largest():
     x[50_000] = float("nan")
     x[3] = -0.0
     cand = torch.arange(x.numel())
-    top = kernels.topk_among(x, cand, 1_000)
-    assert top is not None and torch.equal(top, torch.sort(top).values)
+    got = kernels.topk_among(cand, x, 1_000, x.numel())
+    assert got is not None
+    top, vals = got
+    assert torch.equal(top, torch.sort(top).values)
+    assert torch.equal(vals.view(torch.int32), x[top].view(torch.int32))   # NaN and -0.0 too
     assert 50_000 in top.tolist() and 5 in top.tolist()
     ones = [i for i in top.tolist() if i != 50_000 and i != 5]
     assert ones == list(range(0, 7 * len(ones), 7))

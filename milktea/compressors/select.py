@@ -40,12 +40,17 @@ def _kth_largest_sorted_indices(a: torch.Tensor, k: int) -> torch.Tensor:
     return keep.nonzero().reshape(-1)
 
 
-def _top_among(flat: torch.Tensor, cand: torch.Tensor, k: int) -> torch.Tensor:
-    """The k of the sorted positions `cand` with the largest |flat| (ties: lowest), sorted."""
-    top = kernels.topk_among(flat, cand, k)      # a radix select, where the compiled loops run
+def _top_among(flat: torch.Tensor, cand: torch.Tensor, k: int, vals: torch.Tensor | None = None):
+    """(the k of the sorted positions `cand` with the largest |flat| (ties: lowest),
+    sorted; flat's values there). vals: flat's values at `cand`, where the caller has
+    them already."""
+    if vals is None:
+        vals = flat.index_select(0, cand)
+    top = kernels.topk_among(cand, vals, k, flat.numel())   # a radix select, where the compiled loops run
     if top is not None:
         return top
-    return cand[_kth_largest_sorted_indices(flat.index_select(0, cand).abs(), k)]
+    keep = _kth_largest_sorted_indices(vals.abs(), k)
+    return cand[keep], vals[keep]
 
 
 def _sample_threshold(flat: torch.Tensor, expect: float, gen: torch.Generator,
@@ -74,34 +79,41 @@ def _sample_threshold(flat: torch.Tensor, expect: float, gen: torch.Generator,
 
 
 def select_topk(flat: torch.Tensor, k: int, *, approximate: bool = False, tolerance: float = 0.05,
-                gen: torch.Generator | None = None, add: torch.Tensor | None = None) -> torch.Tensor:
+                gen: torch.Generator | None = None, add: torch.Tensor | None = None,
+                values: bool = False):
     """Sorted int64 indices of the top-k |flat| (exactly k; or within tolerance if approximate).
 
     add: a tensor like `flat` added to it first, in place (flat += add): error feedback's
     ledger update, fused with the first pass over memory where it can be. A NaN or an
     infinity in the sum raises ValueError.
+    values: return (indices, flat's values there) instead; the values come with the
+    selection (no second read of flat at random), or are None where it did not have them.
     """
+    idx, vals = _select(flat, k, approximate, tolerance, gen or torch.Generator().manual_seed(0), add)
+    return (idx, vals) if values else idx
+
+
+def _select(flat, k, approximate, tolerance, gen, add):
     n = flat.numel()
-    gen = gen or torch.Generator().manual_seed(0)
     slack = 4.0 * math.sqrt(k)  # a few standard deviations of the count
     expect = k + slack if approximate else 1.1 * k + slack
     t = _sample_threshold(flat, expect, gen, add) if k < n and n > SMALL else None
     for _attempt in range(3):
         if t is None:
             break
-        cand = kernels.above_threshold(flat, t, add)
+        cand, vals = kernels.above_threshold(flat, t, add)
         add = None                       # flat holds the sum from here on
         c = cand.numel()
         if approximate and abs(c - k) <= tolerance * k:
-            return cand
+            return cand, vals
         if c >= k:
-            return _top_among(flat, cand, k)
+            return _top_among(flat, cand, k, vals)
         expect *= 2.0 * k / max(c, 1)   # too few above t: aim lower and try again
         t = _sample_threshold(flat, expect, gen)
     if add is not None:
         kernels.add_finite(flat, add)
     if k >= n:
-        return torch.arange(n, device=flat.device)
+        return torch.arange(n, device=flat.device), None
     if n > SMALL:      # too dense to sample: every entry is a candidate
-        return _top_among(flat, torch.arange(n, device=flat.device), k)
-    return _kth_largest_sorted_indices(flat.abs(), k)
+        return _top_among(flat, torch.arange(n, device=flat.device), k, flat)
+    return _kth_largest_sorted_indices(flat.abs(), k), None

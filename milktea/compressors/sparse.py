@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from .. import index as index_codec
+from .. import kernels
 from ..checks import check_choice, check_positive_int, resolve_k
 from ..packet import SPARSE_EXPANSION, Packet, register_codec
 from .base import Compressor, expect_layout, expect_nbytes, from_bytes, output, to_bytes
@@ -68,10 +69,14 @@ class Sparsifier(Compressor):
         x = residual if dtype in (None, residual.dtype) else residual.to(dtype)
         with torch.no_grad():
             idx = self._choose(x.reshape(-1), grad.detach().reshape(-1) if fuse else None)
-            packet = self._pack(x, idx)
+            if isinstance(idx, tuple):      # the selection had the values too (see TopK._choose)
+                idx, vals = idx
+                packet = self._pack(x, idx, vals)
+            else:
+                packet = self._pack(x, idx)
             flat = residual.view(-1)
             if x is residual:
-                flat.index_fill_(0, idx, 0)
+                kernels.zero_at(flat, idx)
             else:
                 flat.index_add_(0, idx, x.reshape(-1).index_select(0, idx).to(flat.dtype), alpha=-1)
         return packet
@@ -159,13 +164,20 @@ class TopK(Sparsifier):
                 and type(self).select is TopK.select)
 
     def _choose(self, flat, add=None):
+        """The positions to send; with `add` (error feedback's fused update of the ledger
+        `flat`) also flat's values there, as the selection found them, when this class's
+        own _pack is the one to take them."""
         if add is None:
             return self.select(flat)
-        return select_topk(flat, self.k_for(flat.numel()), approximate=self.approximate,
-                           tolerance=self.tolerance, gen=self._gen, add=add)
+        idx, vals = select_topk(flat, self.k_for(flat.numel()), approximate=self.approximate,
+                                tolerance=self.tolerance, gen=self._gen, add=add, values=True)
+        return (idx, vals) if vals is not None and type(self)._pack is TopK._pack else idx
 
-    def _pack(self, t, idx):
-        return sparse_packet(t, idx, t.reshape(-1).index_select(0, idx), self.index)
+    def _pack(self, t, idx, vals=None):
+        """vals: t's values at idx where the caller has them (else gathered here)."""
+        if vals is None or vals.dtype != t.dtype:
+            vals = t.reshape(-1).index_select(0, idx)
+        return sparse_packet(t, idx, vals, self.index)
 
 
 def sparse_packet(t: torch.Tensor, idx: torch.Tensor, vals: torch.Tensor, index: str = "auto") -> Packet:
