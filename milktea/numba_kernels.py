@@ -142,9 +142,10 @@ def sign_unpack(packed, scale, out):
 
 
 @njit(parallel=True, cache=True, nogil=True)   # no fastmath: NaN must compare as NaN
-def collect_above(x, g, t, found, found_x, counts, bad):
+def collect_above(x, g, t, clear, found, found_x, counts, bad):
     """One pass over memory, block by block: x += g first where g is not empty (error
-    feedback's ledger update), then the positions in the block where |x| >= t.
+    feedback's ledger update; g zeroed as it is read where `clear`), then the positions in
+    the block where |x| >= t.
     found[b, :counts[b]] = those positions minus the block's start and found_x[b, ...]
     their values, while counts[b] fits found's row (a block with more is read again by
     gather_above). bad[b] = 1 where block b met a NaN or an infinity in x + g.
@@ -175,6 +176,8 @@ def collect_above(x, g, t, found, found_x, counts, bad):
                     xr[i] = v
                     nonfinite += not abs(v) < np.inf     # NaN and +-inf
                     hits += abs(v) >= t
+                if clear:
+                    gr[:] = 0
             else:
                 for i in range(xr.size):
                     hits += abs(xr[i]) >= t

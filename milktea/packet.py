@@ -153,13 +153,14 @@ def decode_add(packet: "Packet", out: torch.Tensor, alpha: float = 1.0) -> torch
     return out
 
 
-def decode_mean(packets: "Sequence[Packet]", out: torch.Tensor) -> torch.Tensor:
+def decode_mean(packets: "Sequence[Packet]", out: torch.Tensor, zeroed: bool = False) -> torch.Tensor:
     """out = the mean of the decoded packets, in place: packet 0 decoded into out, the
     others added in order, divided by their count (what an all-gather delivers).
 
     Sparse packets (their codec registered `sparse`) are divided only where they put a
     value: zeros stay zero when divided, so the result has the same bits as dividing
-    the whole tensor, for O(k) work instead of a pass over n entries.
+    the whole tensor, for O(k) work instead of a pass over n entries. zeroed: the caller
+    vouches that `out` holds zeros already, so sparse packets skip zeroing it.
 
     >>> import milktea
     >>> c = milktea.TopK(k=1)
@@ -184,7 +185,8 @@ def decode_mean(packets: "Sequence[Packet]", out: torch.Tensor) -> torch.Tensor:
         _check_out(p, out, same_dtype=i == 0)
         idx, vals = parts(p)        # sorted, unique, in range: the codec checked its bytes
         pieces.append((idx, vals.to(out.dtype)))
-    out.zero_()
+    if not zeroed:
+        out.zero_()
     from milktea import kernels     # a call-time import: this module depends on nothing
     if kernels.sparse_mean(pieces, out):
         return out

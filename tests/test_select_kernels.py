@@ -83,6 +83,32 @@ def test_fused_ledger_update_sends_and_keeps_what_the_plain_one_does(approximate
         assert torch.equal(r1, r2), shape
 
 
+@pytest.mark.parametrize("path", ["numba", "torch"])
+@pytest.mark.parametrize("name", ["topk", "topk-approx", "randomk", "int8"])
+def test_clear_grad_zeroes_the_gradient_and_changes_nothing_else(name, path, monkeypatch):
+    # the DDP hook asks the ledger pass to zero the gradient it reads (the mean is written
+    # onto those zeros next): the packet and the ledger are those of the plain call
+    from milktea import Quantize, RandomK
+    if path == "numba":
+        _numba_or_skip()
+    else:
+        monkeypatch.setattr(kernels, "USE_NUMBA", False)
+    make = {"topk": lambda: TopK(0.01), "topk-approx": lambda: TopK(0.01, approximate=True),
+            "randomk": lambda: RandomK(0.01, seed=3), "int8": lambda: Quantize(bits=8)}[name]
+    g = torch.Generator().manual_seed(5)
+    for shape in [(600, 500), (70_000,), (3, 4)]:
+        r0, grad = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
+        r1, r2, g2 = r0.clone(), r0.clone(), grad.clone()
+        p1 = make().compress_with_feedback(r1, grad=grad)
+        p2 = make().compress_with_feedback(r2, grad=g2, clear_grad=True)
+        assert p1.to_bytes() == p2.to_bytes() and torch.equal(r1, r2), shape
+        assert torch.equal(g2, torch.zeros(shape)), shape
+        # the mean written onto the cleared gradient is the mean written onto anything
+        out = torch.full(shape, 7.0)
+        make().decompress_mean([p1, p2], out=out)
+        assert torch.equal(make().decompress_mean([p1, p2], out=g2, zeroed=True), out)
+
+
 def test_fused_ledger_update_refuses_a_nan_gradient():
     for n in (1_000, 500_000):     # the plain path (small) and the fused one
         r, grad = torch.zeros(n), torch.randn(n)

@@ -141,9 +141,11 @@ class Compressor:
             raise TypeError(f"decompress_add needs a Packet, got {type(packet).__name__}")
         return decode_add(packet, out, alpha)
 
-    def decompress_mean(self, packets: Sequence[Packet], out: torch.Tensor) -> torch.Tensor:
+    def decompress_mean(self, packets: Sequence[Packet], out: torch.Tensor, zeroed: bool = False) -> torch.Tensor:
         """out = the mean of the decoded packets, in place: packet 0 decoded into out, the
         others added in order, divided by their count (what an all-gather delivers).
+        zeroed: the caller vouches that `out` holds zeros (it cleared it, see
+        compress_with_feedback's clear_grad): sparse packets then skip zeroing it again.
 
         >>> from milktea import TopK
         >>> c = TopK(k=1)
@@ -155,14 +157,14 @@ class Compressor:
             raise ValueError("decompress_mean needs at least one packet")
         if type(self).decompress is Compressor.decompress and \
                 type(self).decompress_add is Compressor.decompress_add:
-            return decode_mean(packets, out)      # the codecs' own: O(k) for sparse packets
+            return decode_mean(packets, out, zeroed)      # the codecs' own: O(k) for sparse packets
         self.decompress(packets[0], out=out)
         for p in packets[1:]:
             self.decompress_add(p, out)
         return out.div_(len(packets))
 
     def compress_with_feedback(self, residual: torch.Tensor, dtype: torch.dtype | None = None,
-                               grad: torch.Tensor | None = None) -> Packet:
+                               grad: torch.Tensor | None = None, clear_grad: bool = False) -> Packet:
         """Compress `residual` and subtract what was sent from it, in place.
 
         This is error feedback's step: afterwards ``residual`` holds exactly what the
@@ -174,6 +176,8 @@ class Compressor:
         compressor may fuse that add with its own pass over memory (Top-K does, and then
         a NaN or infinity raises ValueError after the finite part of the sum reached the
         ledger: for callers that stop at an error, as the DDP hook does).
+        clear_grad: zero `grad` once it is in the ledger (the DDP hook writes the mean into
+        the gradient's buffer next; Top-K zeroes it in the same pass as the add).
 
         >>> from milktea import Quantize
         >>> r = torch.tensor([1.0, 0.3, -1.0])
@@ -185,6 +189,8 @@ class Compressor:
             raise ValueError("the residual must be a contiguous tensor (error feedback's ledger)")
         if grad is not None:
             self.add_to_ledger(residual, grad)
+            if clear_grad:
+                grad.detach().zero_()
         x = residual if dtype in (None, residual.dtype) else residual.to(dtype)
         with torch.no_grad():
             packet = self._compress(x)

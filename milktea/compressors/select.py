@@ -80,20 +80,21 @@ def _sample_threshold(flat: torch.Tensor, expect: float, gen: torch.Generator,
 
 def select_topk(flat: torch.Tensor, k: int, *, approximate: bool = False, tolerance: float = 0.05,
                 gen: torch.Generator | None = None, add: torch.Tensor | None = None,
-                values: bool = False):
+                clear_add: bool = False, values: bool = False):
     """Sorted int64 indices of the top-k |flat| (exactly k; or within tolerance if approximate).
 
     add: a tensor like `flat` added to it first, in place (flat += add): error feedback's
     ledger update, fused with the first pass over memory where it can be. A NaN or an
-    infinity in the sum raises ValueError.
+    infinity in the sum raises ValueError. clear_add: zero `add` once it is in flat (in
+    the same pass where it can be: the DDP hook overwrites the gradient with the mean next).
     values: return (indices, flat's values there) instead; the values come with the
     selection (no second read of flat at random), or are None where it did not have them.
     """
-    idx, vals = _select(flat, k, approximate, tolerance, gen or torch.Generator().manual_seed(0), add)
+    idx, vals = _select(flat, k, approximate, tolerance, gen or torch.Generator().manual_seed(0), add, clear_add)
     return (idx, vals) if values else idx
 
 
-def _select(flat, k, approximate, tolerance, gen, add):
+def _select(flat, k, approximate, tolerance, gen, add, clear_add):
     n = flat.numel()
     slack = 4.0 * math.sqrt(k)  # a few standard deviations of the count
     expect = k + slack if approximate else 1.1 * k + slack
@@ -101,7 +102,7 @@ def _select(flat, k, approximate, tolerance, gen, add):
     for _attempt in range(3):
         if t is None:
             break
-        cand, vals = kernels.above_threshold(flat, t, add)
+        cand, vals = kernels.above_threshold(flat, t, add, clear_add)
         add = None                       # flat holds the sum from here on
         c = cand.numel()
         if approximate and abs(c - k) <= tolerance * k:
@@ -112,6 +113,8 @@ def _select(flat, k, approximate, tolerance, gen, add):
         t = _sample_threshold(flat, expect, gen)
     if add is not None:
         kernels.add_finite(flat, add)
+        if clear_add:
+            add.zero_()
     if k >= n:
         return torch.arange(n, device=flat.device), None
     if n > SMALL:      # too dense to sample: every entry is a candidate

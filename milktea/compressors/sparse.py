@@ -43,9 +43,11 @@ class Sparsifier(Compressor):
     def select(self, flat: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _choose(self, flat: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
+    def _choose(self, flat: torch.Tensor, add: torch.Tensor | None = None,
+                clear_add: bool = False) -> torch.Tensor:
         """The sorted positions to send this call (advances any per-call state); `add`
-        (only where `_fuses_add` said so): added to `flat` in place first."""
+        (only where `_fuses_add` said so): added to `flat` in place first, and zeroed
+        after with `clear_add`."""
         return self.select(flat)
 
     def _pack(self, t: torch.Tensor, idx: torch.Tensor) -> Packet:  # pragma: no cover - abstract
@@ -54,21 +56,25 @@ class Sparsifier(Compressor):
     def _compress(self, t):
         return self._pack(t, self._choose(t.reshape(-1)))
 
-    def compress_with_feedback(self, residual, dtype=None, grad=None):
+    def compress_with_feedback(self, residual, dtype=None, grad=None, clear_grad=False):
         """Send the chosen entries and cross them out of `residual` directly: the values
         sent are the residual's own entries, so zeroing them is exact and no packet is
         decoded (with a narrower wire `dtype`, the rounding remainder stays instead).
-        With `grad`, a selection that can (`_fuses_add`) adds it in its first pass."""
+        With `grad`, a selection that can (`_fuses_add`) adds it in its first pass, and
+        zeroes it there too with `clear_grad`."""
         if type(self)._compress is not Sparsifier._compress:   # a subclass changed what is sent
-            return super().compress_with_feedback(residual, dtype, grad)
+            return super().compress_with_feedback(residual, dtype, grad, clear_grad)
         if not isinstance(residual, torch.Tensor) or not residual.is_contiguous():
             raise ValueError("the residual must be a contiguous tensor (error feedback's ledger)")
         fuse = grad is not None and self._fuses_add(residual, grad, dtype)
         if grad is not None and not fuse:
             self.add_to_ledger(residual, grad)
+            if clear_grad:
+                grad.detach().zero_()
         x = residual if dtype in (None, residual.dtype) else residual.to(dtype)
         with torch.no_grad():
-            idx = self._choose(x.reshape(-1), grad.detach().reshape(-1) if fuse else None)
+            idx = self._choose(x.reshape(-1), grad.detach().reshape(-1) if fuse else None,
+                               clear_add=clear_grad)
             if isinstance(idx, tuple):      # the selection had the values too (see TopK._choose)
                 idx, vals = idx
                 packet = self._pack(x, idx, vals)
@@ -163,14 +169,15 @@ class TopK(Sparsifier):
                 and residual.dtype in (torch.float32, torch.float64) and grad.dtype == residual.dtype
                 and type(self).select is TopK.select)
 
-    def _choose(self, flat, add=None):
+    def _choose(self, flat, add=None, clear_add=False):
         """The positions to send; with `add` (error feedback's fused update of the ledger
         `flat`) also flat's values there, as the selection found them, when this class's
         own _pack is the one to take them."""
         if add is None:
             return self.select(flat)
         idx, vals = select_topk(flat, self.k_for(flat.numel()), approximate=self.approximate,
-                                tolerance=self.tolerance, gen=self._gen, add=add, values=True)
+                                tolerance=self.tolerance, gen=self._gen, add=add, clear_add=clear_add,
+                                values=True)
         return (idx, vals) if vals is not None and type(self)._pack is TopK._pack else idx
 
     def _pack(self, t, idx, vals=None):
@@ -269,7 +276,7 @@ class RandomK(Sparsifier):
     def _step_seed(self, step: int | None = None) -> int:
         return (self.seed * 1_000_003 + (self.step if step is None else step)) % (1 << 62)
 
-    def _choose(self, flat, add=None):
+    def _choose(self, flat, add=None, clear_add=False):
         idx = self.select(flat)
         self.step += 1
         return idx

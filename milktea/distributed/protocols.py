@@ -172,6 +172,18 @@ class Protocol:
 
 
 
+def _clears_in_pass(c) -> bool:
+    """Whether the hook may let `c` zero the gradient in its ledger pass and then write the
+    mean of sparse packets onto those zeros (saving a pass over the bucket): Top-K's and
+    Random-K's own methods, which take the keywords (a subclass's overrides may not)."""
+    from milktea.compressors.base import Compressor
+    from milktea.compressors.sparse import Sparsifier
+    t = type(c)
+    return (isinstance(c, Sparsifier) and t.compress_with_feedback is Sparsifier.compress_with_feedback
+            and t._compress is Sparsifier._compress and t.decompress_mean is Compressor.decompress_mean
+            and t.decompress is Compressor.decompress and t.decompress_add is Compressor.decompress_add)
+
+
 class AllGather(Protocol):
     """Packets that differ per rank (Top-K, quantizers, Sign, Chain).
 
@@ -187,11 +199,15 @@ class AllGather(Protocol):
 
     def run(self, comm, items, step):
         t0 = time.perf_counter()
-        wire = []
+        wire, cleared = [], set()
         for it in items:
             c = self.coder(it.name)
             if self.error_feedback and it.used:   # ledger += gradient, sent, crossed out
-                packet = c.compress_with_feedback(self.ledger(it), grad=it.tensor)
+                if _clears_in_pass(c):   # the gradient zeroed as it is added: the mean lands on zeros
+                    packet = c.compress_with_feedback(self.ledger(it), grad=it.tensor, clear_grad=True)
+                    cleared.add(it.name)
+                else:
+                    packet = c.compress_with_feedback(self.ledger(it), grad=it.tensor)
             else:   # no ledger, or no gradient here: the ledger waits, a zero gradient is sent
                 packet = c.compress(it.tensor)
             wire.append(packet.to_tensor())
@@ -210,7 +226,10 @@ class AllGather(Protocol):
                     raise ValueError(f"rank {r} sent a packet of shape {packet.shape} for {it.name}, "
                                      f"which has shape {tuple(it.tensor.shape)}")
                 packets.append(packet)
-            self.coders[it.name].decompress_mean(packets, out=it.tensor)
+            if it.name in cleared:
+                self.coders[it.name].decompress_mean(packets, out=it.tensor, zeroed=True)
+            else:
+                self.coders[it.name].decompress_mean(packets, out=it.tensor)
         _log(comm, step, decode_s=time.perf_counter() - t0)
 
     def probe(self, tensors, link):
