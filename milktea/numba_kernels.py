@@ -107,6 +107,40 @@ def dequantize_packed(packed, scales, chunk, qmax, bits, out):
             os_[i] = np.float32(np.int32(code) - (qmax + 1)) * sc
 
 
+@njit(parallel=True, cache=True, nogil=True)   # no fastmath: out +- v rounds as torch's add_
+def dequantize_add(packed, scales, chunk, qmax, bits, out, neg):
+    """out += v (or -= v where `neg`), v decoded as dequantize_packed decodes it: the
+    same float32 v, then one IEEE addition, as torch's out.add_(v, alpha=+-1) does.
+    Every chunk starts on a byte (the caller checks)."""
+    n = out.size
+    mask = (1 << bits) - 1
+    for c in prange((n + chunk - 1) // chunk):
+        s = c * chunk
+        e = min(s + chunk, n)
+        os_ = out[s:e]
+        pb = packed[s * bits // 8:(e * bits + 7) // 8]
+        sc = scales[c]
+        for i in range(e - s):
+            code = pb[i] if bits == 8 else (pb[(i * bits) >> 3] >> ((i * bits) & 7)) & mask
+            v = np.float32(np.int32(code) - (qmax + 1)) * sc
+            os_[i] = os_[i] - v if neg else os_[i] + v
+
+
+@njit(parallel=True, cache=True, nogil=True)   # no fastmath: out +- v rounds as torch's add_
+def sign_unpack_add(packed, scale, out, neg):
+    """out += v (or -= v where `neg`), v = +-scale from the sign bits as sign_unpack
+    decodes them, with one IEEE addition per entry."""
+    n = out.size
+    for b in prange((n + BLOCK - 1) // BLOCK):
+        s = b * BLOCK
+        e = min(s + BLOCK, n)
+        os_ = out[s:e]
+        ps = packed[s // 8:(e + 7) // 8]
+        for i in range(e - s):
+            v = np.float32(1 - 2 * np.int32((ps[i >> 3] >> (i & 7)) & 1)) * scale
+            os_[i] = os_[i] - v if neg else os_[i] + v
+
+
 @njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def sign_pack(x, out, partial_l1):
     # bit 1 = negative; exact zeros (of either sign) count as positive

@@ -133,6 +133,8 @@ def _levels_piece(packet, bits, chunk, steps, offset):
 def _add_quant(packet, out, alpha):
     bits, chunk = _quant_layout(packet)
     scales = from_bytes(packet.parts[1], torch.float32)
+    if packet.dtype == torch.float32 and kernels.dequantize_add(packet.parts[0], scales, chunk, bits, out, alpha):
+        return     # one compiled pass: decode and add together
     step = chunk_step(chunk)
     if step is None:   # chunks longer than a scratch should be: entry by entry
         return add_pieces(packet, out, _levels_piece(packet, bits, chunk, scales, 2 ** (bits - 1)), alpha)

@@ -59,6 +59,8 @@ def _decode_sign(packet, out=None):
 
 def _add_sign(packet, out, alpha):
     scale = _scale_of(packet)
+    if packet.dtype == torch.float32 and kernels.sign_unpack_add(packet.parts[0], scale, out, alpha):
+        return     # one compiled pass: decode and add together
 
     def piece(s, e):   # s is a multiple of 8: the decoder's own kernel on a slice of the bits
         packed = packet.parts[0][s // 8: packed_size(e, 1)]
