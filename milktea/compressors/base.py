@@ -130,7 +130,8 @@ class Compressor:
 
     def decompress_add(self, packet: Packet, out: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
         """out += alpha * decompress(packet), in place, without a full-size temporary where
-        the codec allows (sparse: index_add_; quantized, sign, dense: piece by piece).
+        the codec allows (sparse: index_add_; quantized and sign into float32 with alpha +-1:
+        one compiled pass that decodes and adds; otherwise piece by piece).
 
         >>> from milktea import TopK
         >>> acc = torch.ones(3)
