@@ -109,6 +109,35 @@ def test_clear_grad_zeroes_the_gradient_and_changes_nothing_else(name, path, mon
         assert torch.equal(make().decompress_mean([p1, p2], out=g2, zeroed=True), out)
 
 
+@pytest.mark.parametrize("path", ["numba", "torch"])
+@pytest.mark.parametrize("name", ["topk+int8", "topk+sign", "approx+int4", "randomk+int8"])
+def test_a_chains_own_feedback_step_matches_the_generic_one(name, path, monkeypatch):
+    # Chain's step goes through its first stage's (fused) step and puts the second stage's
+    # rounding back in the ledger: the packet and the ledger of the generic step, bit for bit
+    from milktea import Chain, Quantize, RandomK, Sign
+    from milktea.compressors.base import Compressor
+    if path == "numba":
+        _numba_or_skip()
+    else:
+        monkeypatch.setattr(kernels, "USE_NUMBA", False)
+    make = {"topk+int8": lambda: Chain(TopK(0.01), Quantize(bits=8)),
+            "topk+sign": lambda: Chain(TopK(0.01), Sign()),
+            "approx+int4": lambda: Chain(TopK(0.01, approximate=True), Quantize(bits=4, chunk=64)),
+            "randomk+int8": lambda: Chain(RandomK(0.01, seed=2), Quantize(bits=8))}[name]
+    g = torch.Generator().manual_seed(6)
+    for shape in [(600, 500), (70_000,), (3, 4)]:
+        r0, grad = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
+        r1, r2, g2 = r0.clone(), r0.clone(), grad.clone()
+        generic, own = make(), make()
+        for _ in range(2):     # twice: the second step starts from a ledger with rounding in it
+            p1 = Compressor.compress_with_feedback(generic, r1, grad=grad)
+            p2 = own.compress_with_feedback(r2, grad=g2)
+            assert p1.to_bytes() == p2.to_bytes(), shape
+            assert torch.equal(r1.view(torch.int32), r2.view(torch.int32)), shape
+        p3 = own.compress_with_feedback(r2, grad=g2, clear_grad=True)
+        assert torch.equal(g2, torch.zeros(shape)) and p3.shape == tuple(shape)
+
+
 def test_fused_ledger_update_refuses_a_nan_gradient():
     for n in (1_000, 500_000):     # the plain path (small) and the fused one
         r, grad = torch.zeros(n), torch.randn(n)

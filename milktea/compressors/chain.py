@@ -7,6 +7,8 @@ the values, whole, header included).
 """
 from __future__ import annotations
 
+import torch
+
 from ..packet import SPARSE_EXPANSION, Packet, decode, get_codec, register_codec
 from .base import Compressor, to_bytes
 from .sparse import SPARSE_DECODERS, Sparsifier, _add_sparse, _decode_sparse, sparse_decode
@@ -47,9 +49,27 @@ class Chain(Compressor):
     def _compress(self, t):
         sparse = self.first.compress(t)
         _, vals = sparse_decode(sparse)
-        inner = self.second.compress(vals)
+        return self._wrap(t, sparse, self.second.compress(vals))
+
+    @staticmethod
+    def _wrap(t, sparse, inner):
         return Packet("chain", tuple(t.shape), t.dtype, (get_codec(sparse.codec).id, *sparse.params),
                       (*sparse.parts[:-1], inner.to_tensor()))
+
+    def compress_with_feedback(self, residual, dtype=None, grad=None, clear_grad=False):
+        """Error feedback through the first stage's own step (Top-K adds the gradient and
+        selects in one pass), then the values' rounding by the second stage is put back
+        in the ledger: the same packet and ledger, bit for bit, as compressing the updated
+        ledger and subtracting the decoded packet, with one pass over memory instead of four."""
+        if dtype not in (None, residual.dtype) or type(self)._compress is not Chain._compress:
+            return super().compress_with_feedback(residual, dtype, grad, clear_grad)
+        sparse = self.first.compress_with_feedback(residual, grad=grad, clear_grad=clear_grad)
+        idx, vals = sparse_decode(sparse)          # the ledger's values, sent exactly, now zeroed
+        inner = self.second.compress(vals)
+        with torch.no_grad():
+            sent = decode(inner).to(sparse.dtype).to(residual.dtype)
+            residual.view(-1)[idx] = vals.to(residual.dtype) - sent     # what the rounding left out
+        return self._wrap(residual, sparse, inner)
 
     def _reseed(self, rank, stream):
         self.first._reseed(rank, stream)

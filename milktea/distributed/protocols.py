@@ -174,13 +174,21 @@ class Protocol:
 
 def _clears_in_pass(c) -> bool:
     """Whether the hook may let `c` zero the gradient in its ledger pass and then write the
-    mean of sparse packets onto those zeros (saving a pass over the bucket): Top-K's and
-    Random-K's own methods, which take the keywords (a subclass's overrides may not)."""
+    mean of sparse packets onto those zeros (saving a pass over the bucket): Top-K's,
+    Random-K's and Chain's own methods, which take the keywords (a subclass's overrides
+    may not)."""
     from milktea.compressors.base import Compressor
+    from milktea.compressors.chain import Chain
     from milktea.compressors.sparse import Sparsifier
     t = type(c)
-    return (isinstance(c, Sparsifier) and t.compress_with_feedback is Sparsifier.compress_with_feedback
-            and t._compress is Sparsifier._compress and t.decompress_mean is Compressor.decompress_mean
+    def own_step(k):
+        return k.compress_with_feedback is Sparsifier.compress_with_feedback and k._compress is Sparsifier._compress
+    if isinstance(c, Chain):     # Top-K then a quantizer: its own step, through the first stage's
+        own = (t.compress_with_feedback is Chain.compress_with_feedback and t._compress is Chain._compress
+               and own_step(type(c.first)))
+    else:
+        own = isinstance(c, Sparsifier) and own_step(t)
+    return (own and t.decompress_mean is Compressor.decompress_mean
             and t.decompress is Compressor.decompress and t.decompress_add is Compressor.decompress_add)
 
 
