@@ -172,6 +172,24 @@ def sign_pack_l1(x: torch.Tensor) -> tuple[torch.Tensor, float]:
     return pack((x < 0).view(torch.uint8), 1), float(x.abs().sum(dtype=torch.float64))
 
 
+def add_sign_pack_l1(x: torch.Tensor, add: torch.Tensor) -> tuple[torch.Tensor, float] | None:
+    """x += add, then sign_pack_l1(x), in one compiled pass over memory (flat float32 x
+    and add); a NaN or an infinity in the sum raises ValueError (x then holds the sum).
+    None where the compiled loops do not run (the caller adds, then packs)."""
+    ok = x.dtype == torch.float32 and add.dtype == torch.float32 and add.numel() == x.numel()
+    nb = jit(x) if ok else None
+    if nb is None:
+        return None
+    n = x.numel()
+    out = torch.empty((n + 7) // 8, dtype=torch.uint8)
+    partial = np.empty((n + BLOCK - 1) // BLOCK, dtype=np.float64)
+    bad = np.zeros(partial.size, dtype=np.uint8)
+    nb.add_sign_pack(_np(x), _np(add.reshape(-1)), _np(out), partial, bad)
+    if bad.any():
+        raise ValueError(_nonfinite_message(x))
+    return out, float(partial.sum())
+
+
 def sign_unpack(packed: torch.Tensor, scale: float, out: torch.Tensor) -> torch.Tensor:
     """out[i] = -scale where bit i is set, else +scale (flat float32)."""
     n = out.numel()

@@ -141,25 +141,49 @@ def sign_unpack_add(packed, scale, out, neg):
             os_[i] = os_[i] - v if neg else os_[i] + v
 
 
+@njit(fastmath=True, cache=True, nogil=True)   # inlined by LLVM, with its own fastmath
+def sign_block(xs, os_):
+    """Sign bits of one block into os_ (bit 1 = negative; exact zeros of either sign count
+    as positive) and the block's sum of |x| in float64."""
+    signs = np.zeros(BLOCK, dtype=np.uint8)
+    acc = np.float64(0.0)
+    for i in range(xs.size):
+        signs[i] = np.uint8(xs[i] < np.float32(0.0))
+        acc += np.float64(abs(xs[i]))
+    # eight 0/1 bytes -> one byte: a multiply gathers them into the top byte
+    words = signs.view(np.uint64)
+    for j in range(os_.size):
+        os_[j] = np.uint8((words[j] * np.uint64(0x0102040810204080)) >> np.uint64(56))
+    return acc
+
+
 @njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def sign_pack(x, out, partial_l1):
-    # bit 1 = negative; exact zeros (of either sign) count as positive
+    n = x.size
+    for b in prange((n + BLOCK - 1) // BLOCK):
+        s = b * BLOCK
+        e = min(s + BLOCK, n)
+        partial_l1[b] = sign_block(x[s:e], out[s // 8:(e + 7) // 8])
+
+
+@njit(parallel=True, cache=True, nogil=True)   # no fastmath here: NaN must compare as NaN
+def add_sign_pack(x, g, out, partial_l1, bad):
+    """Error feedback's update and Sign's packing in one pass over memory: per block,
+    x += g (bad[b] = 1 where the sum is a NaN or an infinity), then sign_block on the
+    block while it is in cache: sign_pack's bits and partial sums."""
     n = x.size
     for b in prange((n + BLOCK - 1) // BLOCK):
         s = b * BLOCK
         e = min(s + BLOCK, n)
         xs = x[s:e]
-        signs = np.zeros(BLOCK, dtype=np.uint8)
-        acc = np.float64(0.0)
+        gs = g[s:e]
+        nonfinite = 0
         for i in range(e - s):
-            signs[i] = np.uint8(xs[i] < np.float32(0.0))
-            acc += np.float64(abs(xs[i]))
-        partial_l1[b] = acc
-        # eight 0/1 bytes -> one byte: a multiply gathers them into the top byte
-        words = signs.view(np.uint64)
-        os_ = out[s // 8:(e + 7) // 8]
-        for j in range(os_.size):
-            os_[j] = np.uint8((words[j] * np.uint64(0x0102040810204080)) >> np.uint64(56))
+            v = xs[i] + gs[i]
+            xs[i] = v
+            nonfinite += not abs(v) < np.inf
+        bad[b] = nonfinite > 0
+        partial_l1[b] = sign_block(xs, out[s // 8:(e + 7) // 8])
 
 
 @njit(parallel=True, fastmath=True, cache=True, nogil=True)

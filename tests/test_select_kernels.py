@@ -138,6 +138,38 @@ def test_a_chains_own_feedback_step_matches_the_generic_one(name, path, monkeypa
         assert torch.equal(g2, torch.zeros(shape)) and p3.shape == tuple(shape)
 
 
+@pytest.mark.parametrize("path", ["numba", "torch"])
+def test_signs_own_feedback_step_matches_the_generic_one(path, monkeypatch):
+    # Sign adds the gradient and packs in one pass: the generic step's packet and ledger
+    from milktea import Sign
+    from milktea.compressors.base import Compressor
+    if path == "numba":
+        _numba_or_skip()
+    else:
+        monkeypatch.setattr(kernels, "USE_NUMBA", False)
+    g = torch.Generator().manual_seed(7)
+    for shape in [(600, 500), (70_001,), (3, 4)]:
+        r0, grad = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
+        grad.view(-1)[:5] = 0.0
+        r0.view(-1)[:5] = torch.tensor([0.0, -0.0, 1.0, -1.0, 0.0])    # zero sums of both signs
+        r1, r2, g2 = r0.clone(), r0.clone(), grad.clone()
+        for _ in range(2):
+            p1 = Compressor.compress_with_feedback(Sign(), r1, grad=grad)
+            p2 = Sign().compress_with_feedback(r2, grad=g2)
+            assert p1.to_bytes() == p2.to_bytes(), shape
+            assert torch.equal(r1.view(torch.int32), r2.view(torch.int32)), shape
+        Sign().compress_with_feedback(r2, grad=g2, clear_grad=True)
+        assert torch.equal(g2, torch.zeros(shape))
+    if path == "numba":     # a NaN or an overflow raises, as Top-K's fused step does
+        from milktea import Sign
+        r, bad = torch.zeros(100_000), torch.randn(100_000)
+        bad[77_777] = float("nan")
+        with pytest.raises(ValueError, match="non-finite"):
+            Sign().compress_with_feedback(r, grad=bad)
+        with pytest.raises(ValueError, match="non-finite"):
+            Sign().compress_with_feedback(torch.full((100_000,), 3e38), grad=torch.full((100_000,), 3e38))
+
+
 def test_fused_ledger_update_refuses_a_nan_gradient():
     for n in (1_000, 500_000):     # the plain path (small) and the fused one
         r, grad = torch.zeros(n), torch.randn(n)

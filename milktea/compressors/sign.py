@@ -35,9 +35,30 @@ class Sign(Compressor):
 
     def _compress(self, t):
         x = flat_float32(t)
-        bits, l1 = kernels.sign_pack_l1(x)
-        scale = torch.tensor([l1 / x.numel()], dtype=torch.float32, device=x.device)
+        return self._packet(t, *kernels.sign_pack_l1(x))
+
+    @staticmethod
+    def _packet(t, bits, l1):
+        scale = torch.tensor([l1 / t.numel()], dtype=torch.float32, device=t.device)
         return Packet("sign", tuple(t.shape), t.dtype, (), (bits, to_bytes(scale)))
+
+    def compress_with_feedback(self, residual, dtype=None, grad=None, clear_grad=False):
+        """As Compressor's, with the gradient's add and the packing in one pass over memory
+        where the compiled loops run (float32 ledger and gradient): then a NaN or an
+        infinity raises after the finite part of the sum reached the ledger, as Top-K's."""
+        fused = (grad is not None and self.nonfinite == "raise" and dtype in (None, residual.dtype)
+                 and type(self)._compress is Sign._compress and residual.is_contiguous()
+                 and residual.dtype == torch.float32 and grad.dtype == torch.float32
+                 and tuple(grad.shape) == tuple(residual.shape))
+        got = kernels.add_sign_pack_l1(residual.view(-1), grad.detach()) if fused else None
+        if got is None:
+            return super().compress_with_feedback(residual, dtype, grad, clear_grad)
+        packet = self._packet(residual, *got)
+        with torch.no_grad():
+            _add_sign(packet, residual, -1.0)
+            if clear_grad:
+                grad.detach().zero_()
+        return packet
 
 
 def _scale_of(packet) -> float:
