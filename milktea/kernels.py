@@ -134,27 +134,31 @@ def dequantize(codes: torch.Tensor, scales: torch.Tensor, chunk: int, qmax: int,
 
 
 def dequantize_add(packed: torch.Tensor, scales: torch.Tensor, chunk: int, bits: int,
-                   out: torch.Tensor, alpha: float) -> bool:
+                   out: torch.Tensor, alpha: float, div: int = 1) -> bool:
     """out += alpha * dequantize_packed(...) in one compiled pass (flat float32 `out`,
-    alpha +-1: then alpha * v is exact and the sum has decode-then-add's bits). False
-    where that does not run (the caller adds piece by piece)."""
+    alpha +-1: then alpha * v is exact and the sum has decode-then-add's bits), then
+    out /= div in the same pass where div != 1. False where that does not run (the
+    caller adds piece by piece)."""
     ok = alpha in (1.0, -1.0) and out.dtype == torch.float32 and out.is_contiguous() and \
         (bits == 8 or (chunk * bits) % 8 == 0 or chunk >= out.numel())
     nb = jit(out) if ok else None
     if nb is None:
         return False
-    nb.dequantize_add(_np(packed), _np(scales), chunk, 2 ** (bits - 1) - 1, bits, _np(out.view(-1)), alpha < 0)
+    nb.dequantize_add(_np(packed), _np(scales), chunk, 2 ** (bits - 1) - 1, bits, _np(out.view(-1)), alpha < 0,
+                      np.float32(div))
     return True
 
 
-def sign_unpack_add(packed: torch.Tensor, scale: float, out: torch.Tensor, alpha: float) -> bool:
+def sign_unpack_add(packed: torch.Tensor, scale: float, out: torch.Tensor, alpha: float,
+                    div: int = 1) -> bool:
     """out += alpha * sign_unpack(...) in one compiled pass (flat float32 `out`, alpha
-    +-1); False where that does not run (the caller adds piece by piece)."""
+    +-1), then out /= div in the same pass where div != 1; False where that does not
+    run (the caller adds piece by piece)."""
     ok = alpha in (1.0, -1.0) and out.dtype == torch.float32 and out.is_contiguous()
     nb = jit(out) if ok else None
     if nb is None:
         return False
-    nb.sign_unpack_add(_np(packed), np.float32(scale), _np(out.view(-1)), alpha < 0)
+    nb.sign_unpack_add(_np(packed), np.float32(scale), _np(out.view(-1)), alpha < 0, np.float32(div))
     return True
 
 

@@ -108,12 +108,14 @@ def dequantize_packed(packed, scales, chunk, qmax, bits, out):
 
 
 @njit(parallel=True, cache=True, nogil=True)   # no fastmath: out +- v rounds as torch's add_
-def dequantize_add(packed, scales, chunk, qmax, bits, out, neg):
+def dequantize_add(packed, scales, chunk, qmax, bits, out, neg, div):
     """out += v (or -= v where `neg`), v decoded as dequantize_packed decodes it: the
-    same float32 v, then one IEEE addition, as torch's out.add_(v, alpha=+-1) does.
+    same float32 v, then one IEEE addition, as torch's out.add_(v, alpha=+-1) does; then
+    divided by `div` where it is not 1 (a mean's last packet: out.div_(div) fused in).
     Every chunk starts on a byte (the caller checks)."""
     n = out.size
     mask = (1 << bits) - 1
+    one = div / div
     for c in prange((n + chunk - 1) // chunk):
         s = c * chunk
         e = min(s + chunk, n)
@@ -123,14 +125,17 @@ def dequantize_add(packed, scales, chunk, qmax, bits, out, neg):
         for i in range(e - s):
             code = pb[i] if bits == 8 else (pb[(i * bits) >> 3] >> ((i * bits) & 7)) & mask
             v = np.float32(np.int32(code) - (qmax + 1)) * sc
-            os_[i] = os_[i] - v if neg else os_[i] + v
+            y = os_[i] - v if neg else os_[i] + v
+            os_[i] = y / div if div != one else y
 
 
 @njit(parallel=True, cache=True, nogil=True)   # no fastmath: out +- v rounds as torch's add_
-def sign_unpack_add(packed, scale, out, neg):
+def sign_unpack_add(packed, scale, out, neg, div):
     """out += v (or -= v where `neg`), v = +-scale from the sign bits as sign_unpack
-    decodes them, with one IEEE addition per entry."""
+    decodes them, with one IEEE addition per entry; then divided by `div` where it is
+    not 1 (a mean's last packet)."""
     n = out.size
+    one = div / div
     for b in prange((n + BLOCK - 1) // BLOCK):
         s = b * BLOCK
         e = min(s + BLOCK, n)
@@ -138,7 +143,8 @@ def sign_unpack_add(packed, scale, out, neg):
         ps = packed[s // 8:(e + 7) // 8]
         for i in range(e - s):
             v = np.float32(1 - 2 * np.int32((ps[i >> 3] >> (i & 7)) & 1)) * scale
-            os_[i] = os_[i] - v if neg else os_[i] + v
+            y = os_[i] - v if neg else os_[i] + v
+            os_[i] = y / div if div != one else y
 
 
 @njit(fastmath=True, cache=True, nogil=True)   # inlined by LLVM, with its own fastmath

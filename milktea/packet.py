@@ -49,6 +49,9 @@ class Codec:
     sparse(packet) -> (indices, values): optional, for codecs whose packets touch only
         the flat positions they list (every size checked); :func:`decode_mean` then
         divides only those entries, not the whole tensor.
+    add_divide(packet, out, count) -> bool: optional ``out = (out + decode(packet)) /
+        count`` in one pass, for a mean's last packet, with the bits of the add then the
+        division; False where it cannot (the caller adds, then divides).
     """
     name: str
     id: int
@@ -56,6 +59,7 @@ class Codec:
     expansion: float
     add: Callable | None = None
     sparse: Callable | None = None
+    add_divide: Callable | None = None
 
     def __repr__(self) -> str:
         return f"Codec({self.name!r}, id={self.id}, expansion={self.expansion:g})"
@@ -68,7 +72,8 @@ CODECS: dict[str, int] = {}
 
 
 def register_codec(name: str, id: int, decode: Callable, *, expansion: float,
-                   add: Callable | None = None, sparse: Callable | None = None) -> Codec:
+                   add: Callable | None = None, sparse: Callable | None = None,
+                   add_divide: Callable | None = None) -> Codec:
     """Make `name` a codec: packets with wire id `id` are read by `decode`.
 
     Library codecs use ids below 64; pick one from 64 to 255 for your own. Registering
@@ -81,8 +86,8 @@ def register_codec(name: str, id: int, decode: Callable, *, expansion: float,
         raise TypeError(f"a codec name is a non-empty str, got {name!r}")
     if isinstance(id, bool) or not isinstance(id, int) or not 0 <= id <= 255:
         raise ValueError(f"a codec id is an int in [0, 255] (one header byte), got {id!r}")
-    if not callable(decode) or any(f is not None and not callable(f) for f in (add, sparse)):
-        raise TypeError("decode (and add and sparse, if given) must be callables")
+    if not callable(decode) or any(f is not None and not callable(f) for f in (add, sparse, add_divide)):
+        raise TypeError("decode (and add, sparse and add_divide, if given) must be callables")
     if not (isinstance(expansion, (int, float)) and 0 < expansion <= SPARSE_EXPANSION):
         raise ValueError(f"expansion must be in (0, {SPARSE_EXPANSION}] elements per payload byte, "
                          f"got {expansion!r}")
@@ -93,7 +98,7 @@ def register_codec(name: str, id: int, decode: Callable, *, expansion: float,
     if taken is not None and taken.name != name:
         raise ValueError(f"codec id {id} is taken by {taken.name!r}; free ids: "
                          f"{[i for i in range(64, 256) if i not in _BY_ID][:8]}...")
-    codec = Codec(name, id, decode, float(expansion), add, sparse)
+    codec = Codec(name, id, decode, float(expansion), add, sparse, add_divide)
     _BY_NAME[name] = _BY_ID[id] = codec
     CODECS[name] = id
     return codec
@@ -176,8 +181,16 @@ def decode_mean(packets: "Sequence[Packet]", out: torch.Tensor, zeroed: bool = F
     sparse = [get_codec(p.codec).sparse for p in packets]
     if not all(sparse):
         decode(packets[0], out=out)
-        for p in packets[1:]:
+        for p in packets[1:-1]:
             decode_add(p, out)
+        if len(packets) > 1:
+            last = packets[-1]
+            fused = get_codec(last.codec).add_divide
+            last.check_size()
+            _check_out(last, out, same_dtype=False)
+            if fused is not None and fused(last, out, len(packets)):
+                return out        # added and divided in one pass
+            decode_add(last, out)
         return out.div_(len(packets))
     pieces = []
     for i, (p, parts) in enumerate(zip(packets, sparse)):

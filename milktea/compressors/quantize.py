@@ -261,6 +261,12 @@ def _add_levels(packet, out, alpha):
     add_pieces(packet, out, _levels_piece(packet, bits, chunk, steps, s), alpha)
 
 
-register_codec("quant", 3, _decode_quant, expansion=4.0, add=_add_quant)
+def _add_divide_quant(packet, out, count):
+    bits, chunk = _quant_layout(packet)
+    return packet.dtype == torch.float32 and kernels.dequantize_add(
+        packet.parts[0], from_bytes(packet.parts[1], torch.float32), chunk, bits, out, 1.0, count)
+
+
+register_codec("quant", 3, _decode_quant, expansion=4.0, add=_add_quant, add_divide=_add_divide_quant)
 register_codec("qsgd", 4, _decode_levels, expansion=4.0, add=_add_levels)
 register_codec("terngrad", 5, _decode_levels, expansion=4.0, add=_add_levels)

@@ -89,4 +89,9 @@ def _add_sign(packet, out, alpha):
     add_pieces(packet, out, piece, alpha)
 
 
-register_codec("sign", 6, _decode_sign, expansion=8.0, add=_add_sign)
+def _add_divide_sign(packet, out, count):
+    return packet.dtype == torch.float32 and \
+        kernels.sign_unpack_add(packet.parts[0], _scale_of(packet), out, 1.0, count)
+
+
+register_codec("sign", 6, _decode_sign, expansion=8.0, add=_add_sign, add_divide=_add_divide_sign)
