@@ -144,8 +144,8 @@ def dequantize_add(packed: torch.Tensor, scales: torch.Tensor, chunk: int, bits:
     nb = jit(out) if ok else None
     if nb is None:
         return False
-    nb.dequantize_add(_np(packed), _np(scales), chunk, 2 ** (bits - 1) - 1, bits, _np(out.view(-1)), alpha < 0,
-                      np.float32(div))
+    nb.dequantize_into(_np(packed), _np(scales), chunk, 2 ** (bits - 1) - 1, bits, _np(out.view(-1)),
+                       -1 if alpha < 0 else 1, np.float32(div))
     return True
 
 
@@ -158,7 +158,7 @@ def sign_unpack_add(packed: torch.Tensor, scale: float, out: torch.Tensor, alpha
     nb = jit(out) if ok else None
     if nb is None:
         return False
-    nb.sign_unpack_add(_np(packed), np.float32(scale), _np(out.view(-1)), alpha < 0, np.float32(div))
+    nb.sign_into(_np(packed), np.float32(scale), _np(out.view(-1)), -1 if alpha < 0 else 1, np.float32(div))
     return True
 
 
@@ -199,7 +199,7 @@ def sign_unpack(packed: torch.Tensor, scale: float, out: torch.Tensor) -> torch.
     n = out.numel()
     nb = jit(out)
     if nb is not None:
-        nb.sign_unpack(_np(packed), np.float32(scale), _np(out))
+        nb.sign_into(_np(packed), np.float32(scale), _np(out), 0, np.float32(1))
         return out
     from .bits import unpack
     return sign_values(unpack(packed, 1, n), scale, out)
@@ -359,6 +359,6 @@ def dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, chunk: int, bi
     qmax = 2 ** (bits - 1) - 1
     nb = jit(out) if bits < 8 and ((chunk * bits) % 8 == 0 or chunk >= out.numel()) else None
     if nb is not None:
-        nb.dequantize_packed(_np(packed), _np(scales), chunk, qmax, bits, _np(out))
+        nb.dequantize_into(_np(packed), _np(scales), chunk, qmax, bits, _np(out), 0, np.float32(1))
         return out
     return dequantize(unpack(packed, bits, out.numel()), scales, chunk, qmax, out)

@@ -92,27 +92,12 @@ def quantize_packed(x, chunk, qmax, cap, bits, out, scales):
             ob[whole] = v
 
 
-@njit(parallel=True, fastmath=EXACT, cache=True, nogil=True)
-def dequantize_packed(packed, scales, chunk, qmax, bits, out):
-    n = out.size
-    mask = (1 << bits) - 1
-    for c in prange((n + chunk - 1) // chunk):
-        s = c * chunk
-        e = min(s + chunk, n)
-        os_ = out[s:e]
-        pb = packed[s * bits // 8:(e * bits + 7) // 8]
-        sc = scales[c]
-        for i in range(e - s):
-            code = (pb[(i * bits) >> 3] >> ((i * bits) & 7)) & mask
-            os_[i] = np.float32(np.int32(code) - (qmax + 1)) * sc
-
-
 @njit(parallel=True, cache=True, nogil=True)   # no fastmath: out +- v rounds as torch's add_
-def dequantize_add(packed, scales, chunk, qmax, bits, out, neg, div):
-    """out += v (or -= v where `neg`), v decoded as dequantize_packed decodes it: the
-    same float32 v, then one IEEE addition, as torch's out.add_(v, alpha=+-1) does; then
-    divided by `div` where it is not 1 (a mean's last packet: out.div_(div) fused in).
-    Every chunk starts on a byte (the caller checks)."""
+def dequantize_into(packed, scales, chunk, qmax, bits, out, mode, div):
+    """Decode `bits`-bit codes (code - qmax - 1) * scale of their chunk, and write them
+    (mode 0), add them (1) or subtract them (-1) into out, one IEEE operation per entry
+    as torch's out.add_(v, alpha=+-1); then divide by `div` where it is not 1 (a mean's
+    last packet: out.div_(div) fused in). Every chunk starts on a byte (the caller checks)."""
     n = out.size
     mask = (1 << bits) - 1
     one = div / div
@@ -125,25 +110,7 @@ def dequantize_add(packed, scales, chunk, qmax, bits, out, neg, div):
         for i in range(e - s):
             code = pb[i] if bits == 8 else (pb[(i * bits) >> 3] >> ((i * bits) & 7)) & mask
             v = np.float32(np.int32(code) - (qmax + 1)) * sc
-            y = os_[i] - v if neg else os_[i] + v
-            os_[i] = y / div if div != one else y
-
-
-@njit(parallel=True, cache=True, nogil=True)   # no fastmath: out +- v rounds as torch's add_
-def sign_unpack_add(packed, scale, out, neg, div):
-    """out += v (or -= v where `neg`), v = +-scale from the sign bits as sign_unpack
-    decodes them, with one IEEE addition per entry; then divided by `div` where it is
-    not 1 (a mean's last packet)."""
-    n = out.size
-    one = div / div
-    for b in prange((n + BLOCK - 1) // BLOCK):
-        s = b * BLOCK
-        e = min(s + BLOCK, n)
-        os_ = out[s:e]
-        ps = packed[s // 8:(e + 7) // 8]
-        for i in range(e - s):
-            v = np.float32(1 - 2 * np.int32((ps[i >> 3] >> (i & 7)) & 1)) * scale
-            y = os_[i] - v if neg else os_[i] + v
+            y = v if mode == 0 else (os_[i] + v if mode > 0 else os_[i] - v)
             os_[i] = y / div if div != one else y
 
 
@@ -192,17 +159,22 @@ def add_sign_pack(x, g, out, partial_l1, bad):
         partial_l1[b] = sign_block(xs, out[s // 8:(e + 7) // 8])
 
 
-@njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def sign_unpack(packed, scale, out):
-    # +-scale as (1 - 2 bit) * scale: exact, and no 2 * scale to overflow
+@njit(parallel=True, cache=True, nogil=True)   # no fastmath: out +- v rounds as torch's add_
+def sign_into(packed, scale, out, mode, div):
+    """v = +-scale from the sign bits, as (1 - 2 bit) * scale (exact, and no 2 * scale to
+    overflow), written (mode 0), added (1) or subtracted (-1) into out with one IEEE
+    operation per entry; then divided by `div` where it is not 1 (a mean's last packet)."""
     n = out.size
+    one = div / div
     for b in prange((n + BLOCK - 1) // BLOCK):
         s = b * BLOCK
         e = min(s + BLOCK, n)
         os_ = out[s:e]
         ps = packed[s // 8:(e + 7) // 8]
         for i in range(e - s):
-            os_[i] = np.float32(1 - 2 * np.int32((ps[i >> 3] >> (i & 7)) & 1)) * scale
+            v = np.float32(1 - 2 * np.int32((ps[i >> 3] >> (i & 7)) & 1)) * scale
+            y = v if mode == 0 else (os_[i] + v if mode > 0 else os_[i] - v)
+            os_[i] = y / div if div != one else y
 
 
 @njit(parallel=True, cache=True, nogil=True)   # no fastmath: NaN must compare as NaN
