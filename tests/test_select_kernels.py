@@ -12,6 +12,16 @@ def _numba_or_skip():
         pytest.skip("numba is not installed")
 
 
+@pytest.fixture(params=["numba", "torch"])
+def path(request, monkeypatch):
+    """Each test that takes it runs twice: through the compiled loops, and through torch."""
+    if request.param == "numba":
+        _numba_or_skip()
+    else:
+        monkeypatch.setattr(kernels, "USE_NUMBA", False)
+    return request.param
+
+
 def _reference(x, k):
     return _kth_largest_sorted_indices(x.abs(), k)
 
@@ -64,12 +74,7 @@ def test_ties_go_to_the_lowest_position_and_nan_counts_as_largest():
 
 
 @pytest.mark.parametrize("approximate", [False, True])
-@pytest.mark.parametrize("path", ["numba", "torch"])
-def test_fused_ledger_update_sends_and_keeps_what_the_plain_one_does(approximate, path, monkeypatch):
-    if path == "numba":
-        _numba_or_skip()
-    else:
-        monkeypatch.setattr(kernels, "USE_NUMBA", False)
+def test_fused_ledger_update_sends_and_keeps_what_the_plain_one_does(approximate, path):
     g = torch.Generator().manual_seed(1)
     shapes = [(600, 500), (70_000,), (5_000,), (3, 4)]
     for shape in shapes:
@@ -83,16 +88,11 @@ def test_fused_ledger_update_sends_and_keeps_what_the_plain_one_does(approximate
         assert torch.equal(r1, r2), shape
 
 
-@pytest.mark.parametrize("path", ["numba", "torch"])
 @pytest.mark.parametrize("name", ["topk", "topk-approx", "randomk", "int8"])
-def test_clear_grad_zeroes_the_gradient_and_changes_nothing_else(name, path, monkeypatch):
+def test_clear_grad_zeroes_the_gradient_and_changes_nothing_else(name, path):
     # the DDP hook asks the ledger pass to zero the gradient it reads (the mean is written
     # onto those zeros next): the packet and the ledger are those of the plain call
     from milktea import Quantize, RandomK
-    if path == "numba":
-        _numba_or_skip()
-    else:
-        monkeypatch.setattr(kernels, "USE_NUMBA", False)
     make = {"topk": lambda: TopK(0.01), "topk-approx": lambda: TopK(0.01, approximate=True),
             "randomk": lambda: RandomK(0.01, seed=3), "int8": lambda: Quantize(bits=8)}[name]
     g = torch.Generator().manual_seed(5)
@@ -109,17 +109,12 @@ def test_clear_grad_zeroes_the_gradient_and_changes_nothing_else(name, path, mon
         assert torch.equal(make().decompress_mean([p1, p2], out=g2, zeroed=True), out)
 
 
-@pytest.mark.parametrize("path", ["numba", "torch"])
 @pytest.mark.parametrize("name", ["topk+int8", "topk+sign", "approx+int4", "randomk+int8"])
-def test_a_chains_own_feedback_step_matches_the_generic_one(name, path, monkeypatch):
+def test_a_chains_own_feedback_step_matches_the_generic_one(name, path):
     # Chain's step goes through its first stage's (fused) step and puts the second stage's
     # rounding back in the ledger: the packet and the ledger of the generic step, bit for bit
     from milktea import Chain, Quantize, RandomK, Sign
     from milktea.compressors.base import Compressor
-    if path == "numba":
-        _numba_or_skip()
-    else:
-        monkeypatch.setattr(kernels, "USE_NUMBA", False)
     make = {"topk+int8": lambda: Chain(TopK(0.01), Quantize(bits=8)),
             "topk+sign": lambda: Chain(TopK(0.01), Sign()),
             "approx+int4": lambda: Chain(TopK(0.01, approximate=True), Quantize(bits=4, chunk=64)),
@@ -138,15 +133,10 @@ def test_a_chains_own_feedback_step_matches_the_generic_one(name, path, monkeypa
         assert torch.equal(g2, torch.zeros(shape)) and p3.shape == tuple(shape)
 
 
-@pytest.mark.parametrize("path", ["numba", "torch"])
-def test_signs_own_feedback_step_matches_the_generic_one(path, monkeypatch):
+def test_signs_own_feedback_step_matches_the_generic_one(path):
     # Sign adds the gradient and packs in one pass: the generic step's packet and ledger
     from milktea import Sign
     from milktea.compressors.base import Compressor
-    if path == "numba":
-        _numba_or_skip()
-    else:
-        monkeypatch.setattr(kernels, "USE_NUMBA", False)
     g = torch.Generator().manual_seed(7)
     for shape in [(600, 500), (70_001,), (3, 4)]:
         r0, grad = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
