@@ -160,6 +160,19 @@ def test_signs_own_feedback_step_matches_the_generic_one(path):
             Sign().compress_with_feedback(torch.full((100_000,), 3e38), grad=torch.full((100_000,), 3e38))
 
 
+def test_a_subclass_with_its_own_choice_still_gets_the_gradient_added():
+    # a Top-K subclass that overrides _choose (with the old two-argument signature) is not
+    # fused: the gradient is added to the ledger first, then cleared when asked; nothing lost
+    class EveryTenth(TopK):
+        def _choose(self, flat, add=None):
+            return torch.arange(0, flat.numel(), 10)
+    grad = torch.randn(100_000, generator=torch.Generator().manual_seed(8))
+    r, g = torch.zeros(100_000), grad.clone()
+    p = EveryTenth(0.1).compress_with_feedback(r, grad=g, clear_grad=True)
+    assert torch.equal(g, torch.zeros(100_000))
+    assert torch.equal(r + EveryTenth(0.1).decompress(p), grad)     # sent + kept = the gradient
+
+
 def test_fused_ledger_update_refuses_a_nan_gradient():
     for n in (1_000, 500_000):     # the plain path (small) and the fused one
         r, grad = torch.zeros(n), torch.randn(n)

@@ -61,7 +61,10 @@ class Chain(Compressor):
         selects in one pass), then the values' rounding by the second stage is put back
         in the ledger: the same packet and ledger, bit for bit, as compressing the updated
         ledger and subtracting the decoded packet, with one pass over memory instead of four."""
-        if dtype not in (None, residual.dtype) or type(self)._compress is not Chain._compress:
+        first = type(self.first)
+        if dtype not in (None, residual.dtype) or type(self)._compress is not Chain._compress or \
+                first.compress_with_feedback is not Sparsifier.compress_with_feedback or \
+                first._compress is not Sparsifier._compress:   # only where the first stage sends exactly
             return super().compress_with_feedback(residual, dtype, grad, clear_grad)
         sparse = self.first.compress_with_feedback(residual, grad=grad, clear_grad=clear_grad)
         idx, vals = sparse_decode(sparse)          # the ledger's values, sent exactly, now zeroed

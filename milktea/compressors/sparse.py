@@ -73,8 +73,10 @@ class Sparsifier(Compressor):
                 grad.detach().zero_()
         x = residual if dtype in (None, residual.dtype) else residual.to(dtype)
         with torch.no_grad():
-            idx = self._choose(x.reshape(-1), grad.detach().reshape(-1) if fuse else None,
-                               clear_add=clear_grad)
+            if fuse:
+                idx = self._choose(x.reshape(-1), grad.detach().reshape(-1), clear_add=clear_grad)
+            else:
+                idx = self._choose(x.reshape(-1))
             if isinstance(idx, tuple):      # the selection had the values too (see TopK._choose)
                 idx, vals = idx
                 packet = self._pack(x, idx, vals)
@@ -167,7 +169,7 @@ class TopK(Sparsifier):
         # the selection reads the ledger itself (no copy), and NaN must raise, not be chosen
         return (self.nonfinite == "raise" and dtype in (None, residual.dtype)
                 and residual.dtype in (torch.float32, torch.float64) and grad.dtype == residual.dtype
-                and type(self).select is TopK.select)
+                and type(self).select is TopK.select and type(self)._choose is TopK._choose)
 
     def _choose(self, flat, add=None, clear_add=False):
         """The positions to send; with `add` (error feedback's fused update of the ledger
