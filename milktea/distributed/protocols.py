@@ -197,7 +197,8 @@ class AllGather(Protocol):
 
     Hot path, per bucket: each item is compressed on its own (with error feedback: the
     gradient added to its ledger, which Top-K fuses with its selection's first pass over
-    memory); the packets are laid end to end as one byte string per rank and
+    memory, zeroing the gradient in the same pass where the mean will land on zeros);
+    the packets are laid end to end as one byte string per rank and
     all-gathered (sizes first); then each item is overwritten by the mean of the ranks'
     decoded packets (`decompress_mean`: rank 0's decoded, the others added in rank order,
     divided by N; a sparse packet's mean divides only the entries it touched). Nothing is
