@@ -118,12 +118,9 @@ def quantize(x: torch.Tensor, chunk: int, qmax: int, out_codes: torch.Tensor | N
 
 def dequantize(codes: torch.Tensor, scales: torch.Tensor, chunk: int, qmax: int,
                out: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`quantize` into `out` (flat float32)."""
+    """Inverse of :func:`quantize` into `out` (flat float32), with torch ops: the twin of
+    the compiled dequantize_into (see dequantize_packed, which picks between them)."""
     n = out.numel()
-    nb = jit(out)
-    if nb is not None:
-        nb.dequantize(_np(codes), _np(scales), chunk, qmax, _np(out))
-        return out
     full = n - n % chunk
     pieces = [(codes[:full].view(-1, chunk), out[:full].view(-1, chunk), scales[: full // chunk])] if full else []
     if full < n:
@@ -357,7 +354,7 @@ def dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, chunk: int, bi
     """Inverse of :func:`quantize_packed` into `out` (flat float32)."""
     from .bits import unpack
     qmax = 2 ** (bits - 1) - 1
-    nb = jit(out) if bits < 8 and ((chunk * bits) % 8 == 0 or chunk >= out.numel()) else None
+    nb = jit(out) if bits == 8 or (chunk * bits) % 8 == 0 or chunk >= out.numel() else None
     if nb is not None:
         nb.dequantize_into(_np(packed), _np(scales), chunk, qmax, bits, _np(out), 0, np.float32(1))
         return out

@@ -48,19 +48,6 @@ def quantize(x, chunk, qmax, cap, codes, scales):
 
 
 @njit(parallel=True, fastmath=EXACT, cache=True, nogil=True)
-def dequantize(codes, scales, chunk, qmax, out):
-    n = out.size
-    for c in prange((n + chunk - 1) // chunk):
-        s = c * chunk
-        e = min(s + chunk, n)
-        cs = codes[s:e]
-        os_ = out[s:e]
-        sc = scales[c]
-        for i in range(e - s):
-            os_[i] = np.float32(np.int32(cs[i]) - (qmax + 1)) * sc
-
-
-@njit(parallel=True, fastmath=EXACT, cache=True, nogil=True)
 def quantize_packed(x, chunk, qmax, cap, bits, out, scales):
     # 4- and 2-bit codes, packed as they are made; every chunk starts on a byte
     n = x.size
