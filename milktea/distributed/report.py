@@ -119,15 +119,17 @@ class Comparison:
             lines.append(bound)
         return "\n".join(lines)
 
+    def _floor_ms(self, row: dict) -> float:
+        """compute + the measured floor (see ComputeProbe.floor) + the cost model's time for
+        `row`'s bytes: no scheme with error feedback sending them steps faster here."""
+        return 1e3 * (sum(self.compute.values()) + self.floor_s) + row["link_ms"]
+
     def bound(self, row: dict) -> float | None:
         """The most speedup over dense this machine allows a scheme with error feedback
-        that sends `row`'s bytes: dense's step over compute + the measured floor (see
-        ComputeProbe.floor) + the cost model's time for those bytes. None where no floor
-        was measured or no dense row ran."""
+        that sends `row`'s bytes; None where no floor was measured or no dense row ran."""
         if self.floor_s is None or "speedup" not in row:
             return None
-        dense_ms = row["step_ms"] * row["speedup"]
-        return dense_ms / (1e3 * (sum(self.compute.values()) + self.floor_s) + row["link_ms"])
+        return row["step_ms"] * row["speedup"] / self._floor_ms(row)     # dense's step / the floor's
 
     def floor_line(self) -> str:
         """The bound, in words, for the fastest compressed scheme of the table."""
@@ -135,12 +137,10 @@ class Comparison:
         if self.floor_s is None or not rows:
             return ""
         best = max(rows, key=lambda r: r["speedup"])
-        bound = self.bound(best)
-        bound_ms = best["step_ms"] * best["speedup"] / bound
         return (f"floor: error feedback's least memory work takes {1e3 * self.floor_s:.1f} ms per step here "
                 f"(a model-sized ledger += the gradient, the gradient's buffer rewritten; every rank at once), "
                 f"so a scheme with error feedback steps no faster than compute + that + its link time: for "
-                f"{best['label']}'s bytes {bound_ms:.0f} ms, {bound:.2f}x dense at most "
+                f"{best['label']}'s bytes {self._floor_ms(best):.0f} ms, {self.bound(best):.2f}x dense at most "
                 f"(measured {best['speedup']:.2f}x).")
 
     def __repr__(self) -> str:
