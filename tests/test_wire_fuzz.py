@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import milktea
 from milktea import Packet
-from milktea.packet import CODECS, MAGIC, VERSION, decode, decode_add
+from milktea.packet import CODECS, MAGIC, VERSION, decode, decode_add, decode_mean
 
 from compressor_zoo import ZOO, make_input
 
@@ -119,6 +119,11 @@ def check_decodes_or_refuses(raw: bytes) -> None:
     added = decode_add(packet, torch.zeros_like(out))
     same = lambda a, b: torch.equal(torch.nan_to_num(a), torch.nan_to_num(b))   # noqa: E731
     assert same(out, again) and same(out, added)
+    # the mean an all-gather takes (sparse merge, or the last packet added and divided in
+    # one pass), onto anything or onto zeros: decode, add, divide, whatever the bytes
+    want = decode_add(packet, out.clone()).div_(2)
+    assert same(decode_mean([packet, packet], torch.full_like(out, 7.0)), want)
+    assert same(decode_mean([packet, packet], torch.zeros_like(out), zeroed=True), want)
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -140,9 +145,15 @@ def test_random_bytes(tail, codec, dtype, prefix):
     check_decodes_or_refuses(raw)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("name", sorted(ZOO))
-def test_every_truncation_and_every_header_byte(name):
-    """Exhaustive on one packet per codec: each shorter prefix, each header byte set to 0 and 255."""
+def test_every_truncation_and_every_header_byte(name, compiled, monkeypatch):
+    """Exhaustive on one packet per codec: each shorter prefix, each header byte set to 0 and 255;
+    compiled: through the numba loops even at this size (the decoders, adds and means)."""
+    from milktea import kernels
+    if compiled and kernels.jit() is None:
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(kernels, "NUMBA_MIN_NUMEL", 0 if compiled else 1 << 62)
     p = valid_packet(name, torch.float32)
     raw = p.to_bytes()
     for n in range(len(raw)):
