@@ -1,0 +1,44 @@
+"""One terminology for the Chinese edition (docs/glossary.zh.md, read by tools/zh_glossary.py):
+the library's catalog and the Chinese notebooks use the settled terms, never the variants the
+glossary lists; the checker itself is tested on small texts."""
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("zh_glossary", ROOT / "tools" / "zh_glossary.py")
+zh_glossary = importlib.util.module_from_spec(_spec)
+sys.modules["zh_glossary"] = zh_glossary  # dataclasses look their module up there
+_spec.loader.exec_module(zh_glossary)
+
+
+def test_glossary_parses_and_names_every_term_once():
+    terms, fixed = zh_glossary.load()
+    assert len(terms) > 50 and "中位数" in fixed
+    names = [t.term for t in terms]
+    assert len(names) == len(set(names)), "a term listed twice"
+    by_name = {t.term: t for t in terms}
+    assert by_name["报告"].avoid == ("报表",)  # the seed's word wins
+    assert "四舍五入" in by_name["就近舍入"].avoid
+    for t in terms:  # the term is masked first: a variant that contains it could never be found
+        assert not any(t.term in v for v in t.avoid), t
+
+
+def test_checker_finds_a_variant_and_says_where():
+    terms, fixed = zh_glossary.load()
+    found = zh_glossary.violations("总部把报表念一遍，再四舍五入。", terms, fixed, where="x.ipynb cell 3")
+    assert [(v.variant, v.term) for v in found] == [("报表", "报告"), ("四舍五入", "就近舍入")]
+    assert "x.ipynb cell 3" in str(found[0]) and "报表" in str(found[0])
+
+
+@pytest.mark.parametrize("text", ["先标准正交化", "取中位数", "32 位浮点", "总部还原完整的报告"])
+def test_checker_leaves_the_right_words_alone(text):
+    terms, fixed = zh_glossary.load()
+    assert zh_glossary.violations(text, terms, fixed) == []
+
+
+def test_catalog_follows_the_glossary():
+    problems = zh_glossary.check(zh_glossary.catalog_texts())
+    assert not problems, "use the glossary's terms (docs/glossary.zh.md):\n  " + "\n  ".join(map(str, problems))
