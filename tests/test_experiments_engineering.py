@@ -6,31 +6,33 @@ import torch
 
 from milktea import TopK, cost
 from milktea import index as index_codec
-from milktea.experiments import engineering as eng
+from milktea.distributed import reprice
+from milktea.experiments import accumulation, breakeven, indexcost
+from milktea.experiments import overlap as ov
 
 
 def test_buckets_close_at_the_cap():
-    prof = eng.Profile([3 * 2**18, 2**18, 2**18, 2**18], [0.1, 0.2, 0.3, 0.4])   # 3 MB, then 1 MB each
-    b = eng.buckets(prof, bucket_mb=2)
+    prof = ov.Profile([3 * 2**18, 2**18, 2**18, 2**18], [0.1, 0.2, 0.3, 0.4])   # 3 MB, then 1 MB each
+    b = ov.buckets(prof, bucket_mb=2)
     assert [n for n, _ in b] == [3 * 2**20, 2 * 2**20, 2**20]
     assert [t for _, t in b] == pytest.approx([0.1, 0.5, 0.4])
     with pytest.raises(ValueError):
-        eng.buckets(prof, 0)
+        ov.buckets(prof, 0)
 
 
 def test_predicted_timeline_matches_hand_computation():
-    prof = eng.Profile.uniform(4, 2**18, 0.4)          # 4 tensors of 1 MB, 0.1 s backward each
+    prof = ov.Profile.uniform(4, 2**18, 0.4)          # 4 tensors of 1 MB, 0.1 s backward each
     link = cost.Link(2**20 / 0.05, 0.0)                 # 1 MB in 0.05 s
-    tl = eng.predict_timeline(prof, 1, link, workers=2, forward_s=0.2)
+    tl = ov.predict_timeline(prof, 1, link, workers=2, forward_s=0.2)
     # 2 workers: ring all-reduce moves M per worker -> 0.05 s per bucket, each hidden but the last
     assert tl.total == pytest.approx(0.2 + 0.4 + 0.05)
-    one = eng.predict_timeline(prof, 100, link, workers=2, forward_s=0.2)
+    one = ov.predict_timeline(prof, 100, link, workers=2, forward_s=0.2)
     assert one.total == pytest.approx(0.2 + 0.4 + 0.2)
 
 
 def test_bucket_sweep_has_an_interior_best():
-    prof = eng.Profile.uniform(160, 25_000_000 // 160, 0.1)
-    rows = eng.bucket_sweep(prof, cost.Link.gbit(25), 64, 0.05, sizes_mb=(0.5, 4, 16, 100))
+    prof = ov.Profile.uniform(160, 25_000_000 // 160, 0.1)
+    rows = ov.bucket_sweep(prof, cost.Link.gbit(25), 64, 0.05, sizes_mb=(0.5, 4, 16, 100))
     times = [r["step s"] for r in rows]
     assert times.index(min(times)) not in (0, len(times) - 1)
 
@@ -41,23 +43,23 @@ def flat(pairs):
 
 def test_measured_timeline_from_stamps():
     step = {"forward": (10.0, 10.1), "end": 10.6, "buckets": [(10.3, 10.45), (10.4, 10.55)], "bytes": [8, 8]}
-    tl = eng.measured_timeline(step)
+    tl = ov.measured_timeline(step)
     assert tl.forward == pytest.approx((0.0, 0.1))
     assert flat(tl.backward) == pytest.approx([0.1, 0.3, 0.3, 0.4])
     assert flat(tl.comm) == pytest.approx([0.3, 0.45, 0.45, 0.55])      # waits for the link
     assert tl.total == pytest.approx(0.6)
-    pred = eng.predict_from_probe(step, cost.Link(8 / 0.1, 0.0), workers=2)
+    pred = ov.predict_from_probe(step, cost.Link(8 / 0.1, 0.0), workers=2)
     assert flat(pred.backward) == pytest.approx([0.1, 0.3, 0.3, 0.4])
     assert pred.total == pytest.approx(0.3 + 0.1 + 0.1)
-    merged = eng.predict_from_probe(step, cost.Link(8 / 0.1, 0.0), workers=2, merge=True)
+    merged = ov.predict_from_probe(step, cost.Link(8 / 0.1, 0.0), workers=2, merge=True)
     assert merged.total == pytest.approx(0.4 + 0.2)
-    assert eng.median_step([step, dict(step, end=11.0), dict(step, end=10.2)], skip=0)["end"] == 10.6
+    assert ov.median_step([step, dict(step, end=11.0), dict(step, end=10.2)], skip=0)["end"] == 10.6
 
 
 def test_index_costs_are_exact_sizes():
     torch.manual_seed(0)
     x = torch.randn(20_000)
-    rows = eng.index_costs(x, ratios=(0.01, 0.1), block=16)
+    rows = indexcost.index_costs(x, ratios=(0.01, 0.1), block=16)
     for r in rows:
         idx = TopK(r["ratio"]).select(x)
         s = index_codec.sizes(idx, x.numel())
@@ -69,41 +71,42 @@ def test_index_costs_are_exact_sizes():
 def test_block_topk_keeps_whole_blocks():
     x = torch.zeros(100)
     x[40:44] = 5.0
-    ids, flat = eng.block_topk(x, 0.04, block=4)
+    ids, flat = indexcost.block_topk(x, 0.04, block=4)
     assert ids.tolist() == [10] and flat.tolist() == [40, 41, 42, 43]
 
 
 def test_escapes_count_large_gaps():
     x = torch.zeros(2000)
     x[[0, 1000, 1999]] = 1.0
-    e = eng.escapes(x, 3 / 2000)
+    e = indexcost.escapes(x, 3 / 2000)
     assert e["largest gap"] == 999 and e["gaps >= 255"] == 2
     assert e["delta8 bytes"] == 3 + e["escape bytes"]
 
 
 def test_speedup_and_breakeven():
-    s = eng.Scheme("top", 100.0, "allgather", overhead_s=0.01)
-    be = eng.breakeven_gbit(s, 25_000_000, 0.1, 8)
+    s = breakeven.Scheme("top", 100.0, "allgather", overhead_s=0.01)
+    be = breakeven.breakeven_gbit(s, 25_000_000, 0.1, 8)
     assert 0 < be < float("inf")
-    below = eng.speedup_vs_bandwidth([s], 25_000_000, 0.1, 8, [be / 2, be * 2])["top"]
+    below = breakeven.speedup_vs_bandwidth([s], 25_000_000, 0.1, 8, [be / 2, be * 2])["top"]
     assert below[0] > 1 > below[1]
 
 
 def test_accumulation_time_by_hand():
-    rows = eng.accumulation_time(0.1, 0.4, [1, 4])
+    rows = accumulation.accumulation_time(0.1, 0.4, [1, 4])
     assert rows[0]["s per micro-batch"] == pytest.approx(0.5)
     assert rows[1]["s per micro-batch"] == pytest.approx((0.4 + 0.4) / 4)
 
 
 def test_accumulation_runs_send_fewer_bytes():
     from milktea.tasks import Digits
-    runs = eng.accumulation_runs(Digits(hidden=8), accumulate=(1, 4), micro_batch=8, samples=256, workers=2)
+    runs = accumulation.accumulation_runs(Digits(hidden=8), accumulate=(1, 4), micro_batch=8, samples=256, workers=2)
     assert runs[0].exchanges == 4 * runs[1].exchanges
     assert runs[0].mb_per_worker == pytest.approx(4 * runs[1].mb_per_worker)
 
 
 def test_docstrings():
-    assert doctest.testmod(eng).failed == 0
+    for module in (ov, indexcost, breakeven, accumulation, reprice):
+        assert doctest.testmod(module).failed == 0
 
 
 def _fake_comparison():
@@ -127,13 +130,13 @@ def test_repricing_on_the_runs_own_link_gives_the_measured_step():
     from milktea.distributed.report import predict_step
     from milktea.experiments import dashboard
     comp, link = _fake_comparison()
-    own = eng.repriced_times(comp, link)
+    own = reprice.repriced_times(comp, link)
     assert own == pytest.approx({"dense": 0.1, "sign": 0.06})           # the measured medians
-    pure = eng.repriced_times(comp, link, keep_residual=False)
+    pure = reprice.repriced_times(comp, link, keep_residual=False)
     rec = comp.results[1]["records"][0]
     assert pure["sign"] == pytest.approx(predict_step(comp.compute, rec, link, 2))
     # a faster link shortens dense more than sign; the two views (curves, table) agree
-    curves = eng.reprice(comp, [1.0, 100.0], latency=link.latency)
+    curves = reprice.reprice(comp, [1.0, 100.0], latency=link.latency)
     assert curves["sign"][0] == pytest.approx(0.1 / 0.06) and curves["sign"][1] < curves["sign"][0]
     rows = dashboard.repriced(comp, 100.0)
     assert rows[1]["speedup"] == pytest.approx(curves["sign"][1])
@@ -141,7 +144,7 @@ def test_repricing_on_the_runs_own_link_gives_the_measured_step():
 
 
 def test_protocols_by_workers_refuses_a_packet_no_smaller_than_the_gradient():
-    from milktea.experiments.engineering import protocols_by_workers
+    from milktea.experiments.breakeven import protocols_by_workers
     with pytest.raises(ValueError, match="ratio must be > 1"):
         protocols_by_workers(1e6, 1.0)
     with pytest.raises(ValueError, match="workers must be >= 1"):

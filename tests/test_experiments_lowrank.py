@@ -10,7 +10,7 @@ import torch
 
 from milktea import cost
 from milktea.experiments import commhook, dgc, lowrank
-from milktea.experiments import engineering as eng
+from milktea.experiments import abtest
 
 
 @pytest.fixture(scope="module")
@@ -140,14 +140,21 @@ def _comparison():
 
 def test_ab_verdicts_follow_the_numbers():
     ab = _comparison()
-    assert "sign" in eng.ab_verdict(ab) and "2.00x" in eng.ab_verdict(ab)
-    assert "sign" in eng.behind_dense(ab) and "int8" not in eng.behind_dense(ab)
+    assert "sign was 2.00x faster than dense" in abtest.ab_verdict(ab)
+    assert "sign" in abtest.behind_dense(ab) and "int8" not in abtest.behind_dense(ab)
+    assert "10.0 points behind dense" in abtest.behind_dense(ab)
     fast = _comparison()
-    text = eng.loopback_verdict(fast, 500.0)
-    assert "1 of 2 compressed schemes are slower than dense here: int8." in text
-    fast.rows[1]["speedup"] = 0.5
-    assert "the best compressor is none" in eng.loopback_verdict(fast, 500.0)
-    lines = eng.crossing_lines([1, 10, 100], {"gbit": [1, 10, 100], "a": [2.0, 1.5, 0.5], "b": [3, 2, 1.5]})
+    text = abtest.loopback_verdict(fast, ab)      # the same dense step on both: not faster, said so
+    assert "Slower than dense here: int8; faster: sign" in text and "load on this machine changed" in text
+    fast.rows[1]["step_ms"] = 200.0
+    assert "the best compressor is none" in abtest.loopback_verdict(fast, ab)
+    slow = _comparison()
+    slow.rows[0]["step_ms"] = 500.0
+    assert "load on this machine changed" not in abtest.loopback_verdict(fast, slow)
+    for r in ab.rows[1:]:
+        r["step_ms"] = 150.0                      # every scheme slower: the verdict must not name a winner
+    assert "No scheme's step was shorter than dense's" in abtest.ab_verdict(ab)
+    lines = abtest.crossing_lines([1, 10, 100], {"gbit": [1, 10, 100], "a": [2.0, 1.5, 0.5], "b": [3, 2, 1.5]})
     assert "stops paying above" in lines[0] and "pays on every link tried" in lines[1]
 
 

@@ -61,7 +61,7 @@ def test_snapping():
 
 
 def test_overlap_explorer():
-    from milktea.experiments.engineering import Profile
+    from milktea.experiments.overlap import Profile
     from milktea.widgets.engineering import overlap_explorer
     check_view(overlap_explorer(Profile.uniform(16, 1_000_000, 0.1), forward_s=0.05))
 

@@ -129,8 +129,8 @@ def evaluation(comparison) -> list[dict]:
 
 def repriced(comparison, gbit: float, latency: float | None = None, keep_residual: bool = True) -> list[dict]:
     """Each scheme's step time and throughput if the same run had a `gbit` link
-    (`milktea.experiments.engineering.repriced_times`, which this only tabulates)."""
-    from .engineering import repriced_times
+    (`milktea.distributed.reprice.repriced_times`, which this only tabulates)."""
+    from ..distributed.reprice import repriced_times
     latency = comparison.model_link.latency if latency is None else latency
     times = repriced_times(comparison, cost.Link.gbit(gbit, latency), keep_residual)
     batch = comparison.config["batch"] * comparison.workers

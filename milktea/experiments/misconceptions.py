@@ -17,7 +17,9 @@ import torch
 from .. import cost
 from ..compressors import Cast, Quantize, RandomK, TopK
 from ..i18n import _
-from . import engineering as eng
+from ..timing import codec_seconds
+from . import breakeven, indexcost
+from . import overlap as ov
 from . import quantization as qx
 
 
@@ -51,12 +53,12 @@ def compression_always_pays(params: int = 25_000_000, workers: int = 8, compute_
     comp = Chain(TopK(0.01), Quantize(8))
     x = torch.randn(numel, generator=torch.Generator().manual_seed(0))
     ratio = comp.compress(x).ratio
-    codecs = {"this machine": eng.codec_seconds(comp, numel) * params / numel,
+    codecs = {"this machine": codec_seconds(comp, numel) * params / numel,
               f"a GPU at {gpu_gbps:g} GB/s": memory_bound_codecs(gpu_gbps)["topk1%+int8+EF"] * 1e-9 * params}
     speed = {}
     for where, codec in codecs.items():
-        s = eng.Scheme("top1%+int8", ratio, "allgather", codec)
-        speed[where] = eng.speedup_vs_bandwidth([s], params, compute_s, workers, [slow_gbit, fast_gbit])["top1%+int8"]
+        s = breakeven.Scheme("top1%+int8", ratio, "allgather", codec)
+        speed[where] = breakeven.speedup_vs_bandwidth([s], params, compute_s, workers, [slow_gbit, fast_gbit])["top1%+int8"]
     text = _("{v:.0f}M parameters, {workers} workers, {compute_s:g} s of compute. Top-1%+int8 runs at ").format(v=params / 1e6, workers=workers, compute_s=compute_s)
     text += "; ".join(_("{v:.2f}x the speed of dense on {slow_gbit:g} Gbit/s and {v2:.2f}x on {fast_gbit:g} Gbit/s with the codec of {where} ({v3:.3g} ms per step)").format(v=sp[0], slow_gbit=slow_gbit, v2=sp[1], fast_gbit=fast_gbit, where=where, v3=codecs[where] * 1e3)
                       for where, sp in speed.items()) + "."
@@ -83,7 +85,7 @@ def topk_without_feedback(steps: int = 100, workers: int = 8, ratio: float = 0.0
 
 def one_byte_index(ratio: float = 0.001) -> Verdict:
     """Gaps between Top-K positions of a real gradient, against what one byte can hold."""
-    e = eng.escapes(_gradient(2048), ratio)
+    e = indexcost.escapes(_gradient(2048), ratio)
     text = (_("one byte holds 0..255, but the tensor has {v:,} positions; between the {v2} kept entries the largest gap is {v3:,}. Gaps in 1-byte deltas need {v4} escape bytes: {v5} bytes for {v2} indices, {v6:.1f} per index, more than int32's 4.").format(v=e['numel'], v2=e['k'], v3=e['largest gap'], v4=e['escape bytes'], v5=e['delta8 bytes'], v6=e['delta8 bytes'] / e['k']))
     return Verdict(_("A 1-byte index can address any position"), e, text, e["largest gap"] > 255)
 
@@ -95,8 +97,8 @@ def int4_halves_time(params: int = 25_000_000, workers: int = 8, gbit: float = 1
     rows = {}
     for b in (8, 4):
         q = Quantize(b)
-        codec = eng.codec_seconds(q, numel) * params / numel
-        s = eng.Scheme(f"int{b}", q.compress(x).ratio, "allgather", codec)
+        codec = codec_seconds(q, numel) * params / numel
+        s = breakeven.Scheme(f"int{b}", q.compress(x).ratio, "allgather", codec)
         rows[b] = {"bytes ratio": s.ratio, "step s": s.step_time(params, compute_s, workers, cost.Link.gbit(gbit))}
     byte_gain = rows[4]["bytes ratio"] / rows[8]["bytes ratio"]
     time_gain = rows[8]["step s"] / rows[4]["step s"]
@@ -113,9 +115,9 @@ def fp16_always_faster(params: int = 1_000_000, workers: int = 8, gbit: float = 
                        compute_s: float = 0.01) -> Verdict:
     """A small model on a fast link (latency-bound), and the fp16 range."""
     x = torch.randn(params, generator=torch.Generator().manual_seed(0))
-    codec = eng.codec_seconds(Cast(torch.float16), params)
-    s = eng.Scheme("fp16", 2.0, "allreduce", codec)
-    gain = eng.speedup_vs_bandwidth([s], params, compute_s, workers, [gbit])["fp16"][0]
+    codec = codec_seconds(Cast(torch.float16), params)
+    s = breakeven.Scheme("fp16", 2.0, "allreduce", codec)
+    gain = breakeven.speedup_vs_bandwidth([s], params, compute_s, workers, [gbit])["fp16"][0]
     try:
         Cast(torch.float16).compress(x * 1e5)
         overflow = _("no overflow")
@@ -161,8 +163,8 @@ def feedback_is_free(params: float = 7e9) -> Verdict:
 
 def bigger_buckets_better(params: int = 25_000_000, workers: int = 64, gbit: float = 25.0) -> Verdict:
     """Cost-model step time as the bucket grows to the whole model."""
-    prof = eng.Profile.uniform(160, params // 160, 0.1)
-    rows = eng.bucket_sweep(prof, cost.Link.gbit(gbit), workers, 0.05, sizes_mb=(4, 16, 25, 100))
+    prof = ov.Profile.uniform(160, params // 160, 0.1)
+    rows = ov.bucket_sweep(prof, cost.Link.gbit(gbit), workers, 0.05, sizes_mb=(4, 16, 25, 100))
     best = min(rows, key=lambda r: r["step s"])
     one = rows[-1]
     text = (_("{v:.0f}M parameters, {workers} workers, {gbit:g} Gbit/s: {v2:g} MB buckets give {v3:.0f} ms per step, one {v4:g} MB bucket {v5:.0f} ms: one bucket cannot start until backward ends.").format(v=params / 1e6, workers=workers, gbit=gbit, v2=best['bucket MB'], v3=1e3 * best['step s'], v4=one['bucket MB'], v5=1e3 * one['step s']))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .. import cost
-from ..experiments import engineering as exp
+from ..experiments import overlap as exp
 from ..plots import engineering as plots
 from ..i18n import _
 from .panel import new_figure, show_figure

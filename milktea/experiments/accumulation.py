@@ -1,0 +1,48 @@
+"""Gradient accumulation: exchange once every `a` micro-batches, priced and trained.
+
+    >>> [round(r["s per micro-batch"], 3) for r in accumulation_time(0.05, 0.2, [1, 8])]
+    [0.25, 0.075]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..checks import check_positive_int
+
+
+def accumulation_time(compute_s: float, comm_s: float, accumulate) -> list[dict]:
+    """Seconds per micro-batch when the gradient is exchanged once every `a` micro-batches:
+    (a * compute + comm) / a. Communication per sample falls as 1/a."""
+    rows = []
+    for a in accumulate:
+        check_positive_int(a, "accumulate")
+        rows.append({"accumulate": a, "s per micro-batch": (a * compute_s + comm_s) / a,
+                     "comm share": comm_s / (a * compute_s + comm_s)})
+    return rows
+
+
+@dataclass
+class Accumulated:
+    accumulate: int
+    history: object
+    exchanges: int
+    mb_per_worker: float
+    accuracy: float = field(default=0.0)
+
+
+def accumulation_runs(task, accumulate=(1, 2, 4, 8), micro_batch: int = 16, samples: int = 3200,
+                      workers: int = 8, lr: float = 0.1, scale_lr: bool = True, compressor=None,
+                      device=None) -> list[Accumulated]:
+    """Train on the same number of samples per worker, exchanging every `a` micro-batches.
+    Accumulating `a` micro-batches of b and stepping once is one step with a batch of a*b, so
+    each run is the simulator with batch a*b and samples/(a*b) steps; `scale_lr` multiplies
+    the learning rate by `a` (the linear scaling rule for a batch `a` times larger)."""
+    from ..simulate import simulate
+    out = []
+    for a in accumulate:
+        steps = max(1, samples // (a * micro_batch))
+        h = simulate(task, compressor, workers=workers, steps=steps, lr=lr * a if scale_lr else lr,
+                     batch=a * micro_batch,
+                     eval_every=max(1, steps // 10), device=device, progress=False)
+        out.append(Accumulated(a, h, steps, h.total_bytes / workers / 1e6, h.final("accuracy")))
+    return out

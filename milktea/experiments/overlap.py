@@ -1,0 +1,124 @@
+"""Bucketed overlap of backward and communication: the cost model's timeline of one step,
+the timeline a real run measured (see `overlap_probe`), and the bucket size that balances
+per-message latency against overlap.
+
+    >>> prof = Profile.uniform(layers=8, params_per_layer=1_000_000, backward_s=0.08)
+    >>> tl = predict_timeline(prof, bucket_mb=8, link=cost.Link.gbit(10), workers=8, forward_s=0.04)
+    >>> tl.total < tl.serial                     # overlap hides part of the communication
+    True
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import cost
+from ..checks import check_positive_int
+from ..timing import median
+
+
+@dataclass
+class Profile:
+    """A model as the backward pass sees it: per-parameter-tensor element counts and seconds
+    of backward compute, in the order backward produces them (last layer first)."""
+    params: list[int]
+    backward_s: list[float]
+    bytes_per_param: int = 4
+
+    def __post_init__(self):
+        if len(self.params) != len(self.backward_s) or not self.params:
+            raise ValueError(f"need one backward time per tensor (>= 1), got {len(self.params)} and "
+                             f"{len(self.backward_s)}")
+        if any(p < 1 for p in self.params) or any(not t >= 0 for t in self.backward_s):
+            raise ValueError("params must be >= 1 and backward times >= 0")
+
+    @classmethod
+    def uniform(cls, layers: int, params_per_layer: int, backward_s: float) -> "Profile":
+        """`layers` equal tensors sharing `backward_s` seconds of backward."""
+        check_positive_int(layers, "layers"), check_positive_int(params_per_layer, "params_per_layer")
+        return cls([params_per_layer] * layers, [backward_s / layers] * layers)
+
+    @property
+    def total_params(self) -> int:
+        return sum(self.params)
+
+
+def buckets(profile: Profile, bucket_mb: float) -> list[tuple[int, float]]:
+    """Group tensors into buckets in backward order, as DDP does: a bucket closes once it
+    holds at least `bucket_mb` MB. Returns (bytes, backward seconds) per bucket."""
+    if not bucket_mb > 0:
+        raise ValueError(f"bucket_mb must be > 0, got {bucket_mb}")
+    cap = bucket_mb * 1024 * 1024
+    out, nbytes, secs = [], 0, 0.0
+    for p, t in zip(profile.params, profile.backward_s):
+        nbytes += p * profile.bytes_per_param
+        secs += t
+        if nbytes >= cap:
+            out.append((nbytes, secs))
+            nbytes, secs = 0, 0.0
+    if nbytes:
+        out.append((nbytes, secs))
+    return out
+
+
+def predict_timeline(profile: Profile, bucket_mb: float, link: cost.Link, workers: int,
+                     forward_s: float = 0.0, ratio: float = 1.0, collective: str = "allreduce") -> cost.Timeline:
+    """The cost model's Gantt chart of one step: forward, then the buckets' backward, each
+    bucket's exchange (bytes / `ratio`) starting when it is ready and the link is free."""
+    if not ratio >= 1:
+        raise ValueError(f"ratio (compression ratio R) must be >= 1, got {ratio}")
+    bs = buckets(profile, bucket_mb)
+    comm = [cost.comm_time(b / ratio, workers, link, collective) for b, _names in bs]
+    return cost.overlapped_timeline([t for _size, t in bs], comm, forward=forward_s)
+
+
+def bucket_sweep(profile: Profile, link: cost.Link, workers: int, forward_s: float = 0.0,
+                 sizes_mb=(0.25, 0.5, 1, 2, 4, 8, 16, 25, 50, 100, 200, 400)) -> list[dict]:
+    """Predicted step time for each bucket size: too small pays the per-message latency many
+    times, too large leaves nothing to overlap."""
+    rows = []
+    for mb in sizes_mb:
+        tl = predict_timeline(profile, mb, link, workers, forward_s)
+        rows.append({"bucket MB": mb, "buckets": len(tl.comm), "step s": tl.total,
+                     "exposed comm s": tl.exposed_comm, "serial s": tl.serial})
+    return rows
+
+
+def median_step(steps: list[dict], skip: int = 1) -> dict:
+    """The step (as the overlap probe records it) with the median duration, after `skip`
+    warm-up steps."""
+    rest = steps[skip:] or steps
+    if not rest:
+        raise ValueError("no measured steps")
+    return median(rest, key=lambda s: s["end"] - s["forward"][0])
+
+
+def measured_timeline(step: dict) -> cost.Timeline:
+    """A Timeline from one measured step: forward start/end, and per bucket when its gradient
+    was ready and when its exchange ended. The link serves buckets in order, so an exchange
+    starts at max(ready, end of the previous one)."""
+    t0 = step["forward"][0]
+    fwd = (0.0, step["forward"][1] - t0)
+    back, comm, prev, link_free = [], [], fwd[1], 0.0
+    for ready, done in step["buckets"]:
+        r, d = ready - t0, done - t0
+        back.append((prev, r))
+        start = max(r, link_free)
+        comm.append((start, d))
+        prev, link_free = r, d
+    serial = fwd[1] + sum(e - s for s, e in back) + sum(e - s for s, e in comm)
+    return cost.Timeline(fwd, back, comm, step["end"] - t0, serial=serial)
+
+
+def predict_from_probe(step: dict, link: cost.Link, workers: int, merge: bool = False,
+                       ratio: float = 1.0) -> cost.Timeline:
+    """The cost model's timeline for a measured compute-only step: its forward time and each
+    bucket's backward time, with each bucket's all-reduce priced on `link` (bytes / `ratio`).
+    `merge=True` predicts the same model sent as one bucket (no overlap)."""
+    t0, t1 = step["forward"]
+    readies = [r for r, _size in step["buckets"]]
+    back = [b - a for a, b in zip([t1] + readies[:-1], readies)]
+    sizes = list(step["bytes"])
+    if merge:
+        back, sizes = [sum(back)], [sum(sizes)]
+    comm = [cost.ring_allreduce_time(b / ratio, workers, link) for b in sizes]
+    return cost.overlapped_timeline(back, comm, forward=t1 - t0)
