@@ -28,9 +28,17 @@ lab: setup
 	$(BIN)/python -m jupyter lab $(ROOT_FLAG) $(wildcard notebooks/00_*.ipynb)
 
 # The Chinese edition (中文版), with JupyterLab's menus in Simplified Chinese: the language
-# pack (course extra) is chosen by a settings override for this command only.
+# pack (course extra) is chosen by a settings override for this command only. The page gets
+# the Chinese font milktea ships (a custom.css in a Jupyter config folder of its own, under
+# .venv), so no system CJK font is needed; your own JupyterLab settings and workspaces stay.
+LAB_ZH := $(abspath $(VENV))/lab-zh
+JUPYTER_HOME_CONFIG = $$($(BIN)/python -c "from jupyter_core.paths import jupyter_config_dir as d; print(d())")
 lab-zh: setup
-	$(BIN)/python -m jupyter lab $(ROOT_FLAG) --LabApp.app_settings_dir=tools/lab-zh notebooks/zh/00_welcome.ipynb
+	$(BIN)/python -m milktea.fonts lab-custom $(LAB_ZH)/custom
+	JUPYTERLAB_SETTINGS_DIR="$${JUPYTERLAB_SETTINGS_DIR:-$(JUPYTER_HOME_CONFIG)/lab/user-settings}" \
+	JUPYTERLAB_WORKSPACES_DIR="$${JUPYTERLAB_WORKSPACES_DIR:-$(JUPYTER_HOME_CONFIG)/lab/workspaces}" \
+	JUPYTER_CONFIG_DIR=$(LAB_ZH) $(BIN)/python -m jupyter lab $(ROOT_FLAG) --LabApp.custom_css=True \
+	  --LabApp.app_settings_dir=tools/lab-zh notebooks/zh/00_welcome.ipynb
 
 test: setup
 	$(BIN)/python -m pytest

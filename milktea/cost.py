@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .checks import check_int, check_number
+from .i18n import _
 
 COLLECTIVES = ("allreduce", "allgather", "ps", "compressed_allreduce")
 
@@ -261,7 +262,7 @@ class Timeline:
         """A two-row Gantt chart: compute on top, the link below."""
         import matplotlib.pyplot as plt
         if ax is None:
-            _, ax = plt.subplots(figsize=(8, 2))
+            _fig, ax = plt.subplots(figsize=(8, 2))
         if self.forward[1] > self.forward[0]:
             ax.broken_barh([(self.forward[0], self.forward[1] - self.forward[0])], (1, 0.8),
                            color="tab:gray", label="forward")
@@ -344,7 +345,7 @@ def calibrate(sizes_bytes, times_s, workers: int, collective: str = "allreduce")
         raise ValueError(f"collective must be one of {COLLECTIVES}, got {collective!r}")
     # relative errors: timing noise grows with the time, and small messages carry alpha
     A = np.stack([np.full_like(m, a), b * m], axis=1) / t[:, None]
-    (alpha, beta), *_ = np.linalg.lstsq(A, np.ones_like(t), rcond=None)
+    (alpha, beta), *_rest = np.linalg.lstsq(A, np.ones_like(t), rcond=None)
     if beta <= 0:
         raise ValueError(f"the fit gives a non-positive time per byte ({beta:.3g} s/B): times do not grow "
                          f"with size; measure larger messages or more repetitions")
@@ -389,13 +390,13 @@ class Scissors:
     def plot(self, ax=None):
         import matplotlib.pyplot as plt
         if ax is None:
-            _, ax = plt.subplots(figsize=(5, 3.5))
-        ax.semilogy(self.years, self.compute, label="compute")
-        ax.semilogy(self.years, self.bandwidth, label="bandwidth")
+            _fig, ax = plt.subplots(figsize=(5, 3.5))
+        ax.semilogy(self.years, self.compute, label=_("compute (FLOP/s)"))
+        ax.semilogy(self.years, self.bandwidth, label=_("bandwidth (bytes/s)"))
         ax.fill_between(self.years, self.bandwidth, self.compute, alpha=0.15, color="tab:red")
-        ax.set_xlabel("years")
-        ax.set_ylabel("relative to year 0")
-        ax.set_title(f"after {self.years[-1]:g} years the gap is {self.gap[-1]:.0f}x")
+        ax.set_xlabel(_("years"))
+        ax.set_ylabel(_("relative to year 0"))
+        ax.set_title(_("after {years:g} years the gap is {gap:.0f}x").format(years=self.years[-1], gap=self.gap[-1]))
         ax.legend()
         return ax
 

@@ -21,6 +21,8 @@ import sys
 
 import torch
 
+from .i18n import N_, _
+
 ENV_VAR = "MILKTEA_DEVICE"
 _DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda)(:\d+)?$")
 
@@ -127,6 +129,7 @@ def environment_report() -> dict:
         "cpu_cores": _cpu_cores(),
         "torch_threads": torch.get_num_threads(),
         "ipywidgets_importable": widgets_ok,
+        "cjk_font": _figure_font(),
     }
     if widgets_error:
         d["ipywidgets_error"] = widgets_error
@@ -135,35 +138,64 @@ def environment_report() -> dict:
     return d
 
 
+def _figure_font() -> str | None:
+    """The font Chinese figure text will use: the shipped one, then the system's (or None)."""
+    try:
+        from milktea import fonts
+        return ", ".join(fonts.figure_fonts()) or None
+    except ImportError:  # no matplotlib: no figures either
+        return None
+
+
+# What each report key is called on screen (the JSON keeps the keys; a package's name is its key).
+LABELS = {
+    "platform": N_("platform"), "executable": N_("interpreter"), "torch_cuda_build": N_("torch built for CUDA"),
+    "cuda_available": N_("CUDA available"), "cuda_device_count": N_("CUDA devices"),
+    "cuda_device_names": N_("CUDA device names"), "distributed_available": N_("torch.distributed available"),
+    "nccl_available": N_("NCCL available"), "gloo_available": N_("gloo available"),
+    "device": N_("device chosen"), "device_override": N_("device override (MILKTEA_DEVICE)"),
+    "cpu_cores": N_("CPU cores"), "torch_threads": N_("torch threads"),
+    "ipywidgets_importable": N_("ipywidgets imports"), "ipywidgets_error": N_("ipywidgets error"),
+    "device_error": N_("device error"), "cjk_font": N_("font for Chinese in figures"),
+}
+
+
 def _advice(d: dict) -> list[str]:
     tips = []
     if not d.get("ipywidgets_importable"):
-        tips.append("ipywidgets does not import: the course's interactive views will not show "
-                    "(pip install 'ipywidgets>=8.1').")
+        tips.append(_("ipywidgets does not import: the course's interactive views will not show "
+                      "(pip install 'ipywidgets>=8.1')."))
     elif d.get("jupyterlab") and not d.get("jupyterlab_widgets"):
-        tips.append("jupyterlab_widgets is missing: JupyterLab will print 'Error displaying "
-                    "widget' (pip install 'ipywidgets>=8.1' in the environment that runs lab).")
+        tips.append(_("jupyterlab_widgets is missing: JupyterLab will print 'Error displaying "
+                      "widget' (pip install 'ipywidgets>=8.1' in the environment that runs lab)."))
     if d.get("torch_cuda_build") and not d.get("cuda_available"):
-        tips.append("this torch is a CUDA build but sees no GPU: everything runs on the CPU.")
+        tips.append(_("this torch is a CUDA build but sees no GPU: everything runs on the CPU."))
+    if "cjk_font" in d and not d["cjk_font"]:
+        tips.append(_("no font with Chinese glyphs: Chinese figure text will show boxes "
+                      "(reinstall milktea, which ships one: pip install -e .)."))
     return tips
 
 
 def format_report(d: dict) -> str:
     """Render `environment_report()` as aligned `key: value` lines, then any advice."""
+    from milktea.tables import display_width, yes_no
+
     def show(v):
         if v is None:
             return "-"
         if isinstance(v, bool):
-            return "yes" if v else "no"
+            return yes_no(v)
         if isinstance(v, list):
             return ", ".join(map(str, v)) or "-"
         return str(v)
 
-    width = max(len(k) for k in d)
-    lines = ["milktea doctor"] + [f"  {k.ljust(width)}  {show(v)}" for k, v in d.items()]
+    labels = {k: _(LABELS[k]) if k in LABELS else k for k in d}
+    width = max(display_width(label) for label in labels.values())
+    lines = [_("milktea doctor")] + [f"  {labels[k]}{' ' * (width - display_width(labels[k]))}  {show(v)}"
+                                     for k, v in d.items()]
     tips = _advice(d)
     if tips:
-        lines += ["", "advice:"] + [f"  - {t}" for t in tips]
+        lines += ["", _("advice:")] + [f"  - {t}" for t in tips]
     return "\n".join(lines)
 
 

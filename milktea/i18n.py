@@ -21,9 +21,10 @@ The catalog is ``milktea/locale/zh_CN/LC_MESSAGES/milktea.po``, kept with Babel:
 
     make i18n    # pybabel extract + update + compile (the .mo is committed beside the .po)
 
-Chinese also needs a font with CJK glyphs in figures: ``use("zh")`` adds the first one it
-finds (see ``CJK_FONTS``) to matplotlib's font list as a fallback, so Latin text and math
-keep their usual look and Chinese characters come from the CJK font.
+Chinese also needs a font with CJK glyphs in figures: ``use("zh")`` adds the one milktea
+ships (``milktea.fonts``, then any the system has) after matplotlib's usual families, so
+Latin text and math keep their usual look and Chinese characters come from the CJK font.
+Counts read as a Chinese book writes them (``count``: 2500 万, 15 亿).
 """
 
 from __future__ import annotations
@@ -38,15 +39,6 @@ from pathlib import Path
 LANGUAGES = ("en", "zh")
 _LOCALE_DIR = Path(__file__).with_name("locale")
 _GETTEXT_NAMES = {"zh": "zh_CN"}
-
-# Families with Simplified Chinese glyphs, best first: Debian/Ubuntu (fonts-noto-cjk,
-# fonts-wqy-microhei, which the project's CI installs), then macOS and Windows.
-CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Micro Hei",
-             "WenQuanYi Zen Hei", "Noto Sans CJK JP", "PingFang SC", "Hiragino Sans GB",
-             "Heiti SC", "Microsoft YaHei", "SimHei")
-_CJK_FILES = ("notosanscjk", "notosanssc", "sourcehansans", "wqy-microhei", "wqy-zenhei")
-FONT_HINT = ("no font with Chinese glyphs found; figures will show boxes. Install one, e.g. "
-             "`apt-get install fonts-wqy-microhei` (Debian/Ubuntu), then restart the kernel")
 
 _current = "en"
 _catalog: gettext.NullTranslations = gettext.NullTranslations()
@@ -98,30 +90,15 @@ def speaking(lang: str):
 
 
 def cjk_font() -> str | None:
-    """The name of a font with Chinese glyphs that matplotlib can use, or None.
-
-    Looks in matplotlib's font list first, then among the system's font files (a font
-    installed after matplotlib built its cache is found this way and added)."""
-    from matplotlib import font_manager
-
-    def known():
-        names = {f.name for f in font_manager.fontManager.ttflist}
-        return next((n for n in CJK_FONTS if n in names), None)
-
-    name = known()
-    if name is None:
-        for path in font_manager.findSystemFonts():
-            if any(tag in Path(path).name.lower() for tag in _CJK_FILES):
-                try:
-                    font_manager.fontManager.addfont(path)
-                except (OSError, RuntimeError, ValueError):
-                    continue  # an unreadable font file: try the next
-        name = known()
-    return name
+    """The first font Chinese figure text will use: the one milktea ships (milktea.fonts),
+    else a system CJK font, else None."""
+    from milktea import fonts
+    names = fonts.figure_fonts()
+    return names[0] if names else None
 
 
 def _set_figure_font(key: str) -> None:
-    """zh: put a CJK font after matplotlib's usual families (glyph fallback); en: undo."""
+    """zh: put the CJK fonts after matplotlib's usual families (glyph fallback); en: undo."""
     global _saved_family
     if key == "en" and _saved_family is None:
         return  # nothing to undo; don't import matplotlib for nothing
@@ -132,14 +109,15 @@ def _set_figure_font(key: str) -> None:
             matplotlib.rcParams["font.family"] = _saved_family
             _saved_family = None
         return
-    name = cjk_font()
-    if name is None:
-        warnings.warn(FONT_HINT, stacklevel=3)
+    from milktea import fonts
+    names = fonts.figure_fonts()
+    if not names:
+        warnings.warn(_(FONT_HINT), stacklevel=3)
         return
     family = list(_saved_family if _saved_family is not None else matplotlib.rcParams["font.family"])
     if _saved_family is None:
         _saved_family = family
-    matplotlib.rcParams["font.family"] = [f for f in family if f != name] + [name]
+    matplotlib.rcParams["font.family"] = [f for f in family if f not in names] + names
 
 
 def language() -> str:
@@ -154,9 +132,37 @@ def _(message: str) -> str:
     return (override[1] if override else _catalog).gettext(message)
 
 
+def count(n, digits: int = 3) -> str:
+    """A large count as the current language writes it: 25.3M / 1.5B in English, 2528 万 /
+    15 亿 in Chinese (below ten thousand: the plain number, no separators in Chinese).
+
+        >>> count(25_280_000), count(1.5e9), count(175e9), count(4096)
+        ('25.3M', '1.5B', '175B', '4,096')
+        >>> with speaking("zh"):
+        ...     print(count(25_280_000), count(1.5e9), count(175e9), count(6.5e6), count(4096))
+        2528 万 15 亿 1750 亿 650 万 4096
+    """
+    n = float(n)
+    zh = language() == "zh"
+    for size, name in (((1e8, " 亿"), (1e4, " 万")) if zh else ((1e9, "B"), (1e6, "M"))):
+        if abs(n) >= size:
+            x = n / size
+            return (f"{x:.0f}" if abs(x) >= 100 or x == round(x) else f"{x:.{digits}g}") + name
+    if n != int(n):
+        return f"{n:.{digits}g}"
+    return f"{int(n)}" if zh else f"{int(n):,}"
+
+
 def N_(message: str) -> str:
     """Mark ``message`` for the catalog without translating it now (see ``_``)."""
     return message
+
+
+# Shown when no font with Chinese glyphs can be loaded (a broken install: milktea ships one).
+FONT_HINT = N_("no font with Chinese glyphs could be loaded, so Chinese text in figures will show "
+               "boxes: milktea's own font file is missing or unreadable. Reinstall milktea "
+               "(pip install -e .) or install a system font (Debian/Ubuntu: sudo apt-get install "
+               "fonts-noto-cjk), then restart the kernel")
 
 
 use(os.environ.get("MILKTEA_LANG", "en") or "en")

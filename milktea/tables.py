@@ -13,6 +13,7 @@ library's language (milktea.i18n), so `rows[0]["scheme"]` works in either editio
 from __future__ import annotations
 
 import math
+import unicodedata
 
 from .i18n import N_, _
 
@@ -37,10 +38,37 @@ COLUMNS = (
 )
 
 
+def yes_no(v: bool) -> str:
+    """A boolean as a reader says it: yes / no (是 / 否 in Chinese).
+
+    >>> yes_no(True), yes_no(False)
+    ('yes', 'no')
+    """
+    return _("yes") if v else _("no")
+
+
+def display_width(text: str) -> int:
+    """Columns `text` takes in a terminal: East Asian wide characters take two.
+
+    >>> display_width("int8"), display_width("方案")
+    (4, 4)
+    """
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def pad(text: str, width: int, right: bool = False) -> str:
+    """`text` padded with spaces to `width` display columns (see display_width)."""
+    fill = " " * max(0, width - display_width(text))
+    return fill + text if right else text + fill
+
+
 def fmt(v, digits: int = 3) -> str:
-    """A cell: ints with thousands separators, floats with `digits` significant digits."""
-    if isinstance(v, bool) or v is None:
-        return "" if v is None else str(v)
+    """A cell: ints with thousands separators, floats with `digits` significant digits,
+    booleans as yes / no."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return yes_no(v)
     if isinstance(v, int):
         return f"{v:,}"
     if isinstance(v, float):
@@ -100,7 +128,8 @@ def html_table(rows: list[dict], columns: list[str] | None = None, digits: int =
 
 def text_table(rows: list[dict], columns: list[str], formats: dict[str, str] | None = None,
                right=(), note: str | None = None) -> str:
-    """A plain-text table for a terminal: one line per row, columns padded to fit.
+    """A plain-text table for a terminal: one line per row, columns padded to fit (by
+    display width: a Chinese character takes two columns), the header in the library's language.
 
     >>> print(text_table([{"scheme": "int8", "R": 3.98}], ["scheme", "R"]))
     scheme  R
@@ -134,10 +163,11 @@ def text_table(rows: list[dict], columns: list[str], formats: dict[str, str] | N
 
     noted = [note is not None and bool(r.get(note)) for r in rows]
     cells = [[cell(r, c) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row, n in zip(cells, noted) if not n or i == 0])
-              for i, c in enumerate(columns)]
+    heads = [_(c) for c in columns]
+    widths = [max([display_width(h)] + [display_width(row[i]) for row, n in zip(cells, noted) if not n or i == 0])
+              for i, h in enumerate(heads)]
 
     def line(vals):
-        return "  ".join(v.rjust(w) if c in right else v.ljust(w) for v, w, c in zip(vals, widths, columns)).rstrip()
-    body = [f"{row[0].ljust(widths[0])}  {r[note]}" if n else line(row) for row, r, n in zip(cells, rows, noted)]
-    return "\n".join([line(columns), line(["-" * w for w in widths])] + body)
+        return "  ".join(pad(v, w, c in right) for v, w, c in zip(vals, widths, columns)).rstrip()
+    body = [f"{pad(row[0], widths[0])}  {r[note]}" if n else line(row) for row, r, n in zip(cells, rows, noted)]
+    return "\n".join([line(heads), line(["-" * w for w in widths])] + body)

@@ -5,7 +5,9 @@ token and throw-away config, drives Debian's headless Chromium with Playwright, 
 each notebook: Run All, wait until every cell has run, check no cell shows an error and
 every widget rendered, move one slider and check that what it drives changed. The Chinese
 edition (notebooks/zh/) runs the same way, and on a Chinese page no character may lack a
-glyph (in the page, and no missing-glyph warning from matplotlib). One screenshot per notebook
+glyph (in the page, and no missing-glyph warning from matplotlib). The browser sees no system
+CJK font (its fontconfig lists only matplotlib's DejaVu): the page's Chinese comes from the font
+milktea ships, served by custom.css as `make lab-zh` does. One screenshot per notebook
 goes to results/screenshots/ (results/screenshots/zh/ for the Chinese edition). Nothing is written to the notebooks
 (autosave is off; the files are compared before and after) and no process is left behind.
 """
@@ -84,6 +86,9 @@ def _lab_dirs(tmp: Path) -> dict:
     _write_json(env["JUPYTER_DATA_DIR"] / "kernels" / "python3" / "kernel.json",
                 {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
                  "display_name": "Python 3 (ipykernel)", "language": "python"})
+    # what `make lab-zh` serves: custom.css with the Chinese font milktea ships (no system font needed)
+    from milktea.fonts import write_lab_custom
+    write_lab_custom(env["JUPYTER_CONFIG_DIR"] / "custom")
     _write_json(env["JUPYTER_CONFIG_DIR"] / "labconfig" / "page_config.json",
                 {"disabledExtensions": {"@jupyterlab/extensionmanager-extension": True,
                                         "@jupyterlab/apputils-extension:announcements": True}})
@@ -130,7 +135,7 @@ class Lab:
                "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
                f"--ServerApp.root_dir={ROOT}", "--LabApp.news_url=None",
                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-               "--LabApp.extension_manager=readonly"]
+               "--LabApp.extension_manager=readonly", "--LabApp.custom_css=True"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")
         self.log = open(self.log_path, "wb")
@@ -214,13 +219,25 @@ def lab(tmp_path_factory):
     assert not changed, f"the browser session wrote to notebooks: {changed}"
 
 
+def _bare_fontconfig(tmp: Path) -> Path:
+    """A fontconfig file that shows the browser only the fonts matplotlib ships (DejaVu): a
+    machine with no CJK font, whatever this one has installed. Chinese glyphs on the page
+    then come from the font milktea serves (custom.css), or not at all."""
+    import matplotlib
+    conf = tmp / "fonts.conf"
+    conf.write_text('<?xml version="1.0"?>\n<!DOCTYPE fontconfig SYSTEM "fonts.dtd">\n<fontconfig>'
+                    f'<dir>{Path(matplotlib.get_data_path()) / "fonts" / "ttf"}</dir>'
+                    f'<cachedir>{tmp / "fontconfig-cache"}</cachedir></fontconfig>\n')
+    return conf
+
+
 @pytest.fixture(scope="module")
 def browser(lab):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
-                               env=lab.env)
+                               env={**lab.env, "FONTCONFIG_FILE": str(_bare_fontconfig(lab.log_path.parent))})
         try:
             yield b
         finally:
@@ -312,7 +329,7 @@ VALUE_JS = r"""(i) => {
 # (and the probe, a private-use character no font has) is drawn on a canvas in the font the
 # markdown uses; one whose pixels equal the probe's is drawn as the same "missing" box.
 # Returns [the probe's own verdict, the missing characters].
-GLYPHS_JS = r"""(probe) => {
+GLYPHS_JS = r"""([probe, family]) => {
   const panel = [...document.querySelectorAll('.jp-NotebookPanel')]
       .find(p => !p.classList.contains('lm-mod-hidden'));
   const md = panel.querySelector('.jp-RenderedMarkdown') || panel;
@@ -328,7 +345,8 @@ GLYPHS_JS = r"""(probe) => {
   };
   const box = draw(probe), blank = draw(' ');
   const missing = chars.filter(ch => draw(ch) === box || draw(ch) === blank);
-  return [box !== blank, missing, chars.length];
+  const shipped = [...document.fonts].some(f => f.family.replace(/"/g, '') === family && f.status === 'loaded');
+  return [box !== blank, missing, chars.length, shipped];
 }"""
 
 # matplotlib's complaint when a figure's text has no glyph (printed to the cell's stderr)
@@ -350,10 +368,14 @@ def check_glyphs(page, name: str) -> int:
     Chinese characters were checked."""
     warned = page.evaluate(GLYPH_WARNINGS_JS)
     assert not warned, f"{name}: matplotlib drew text without glyphs:\n" + "\n".join(warned)
-    probe_works, missing, checked = page.evaluate(GLYPHS_JS, "\ue000")
+    from milktea.fonts import FAMILY
+    page.evaluate("document.fonts.ready.then(() => true)")
+    probe_works, missing, checked, shipped = page.evaluate(GLYPHS_JS, ["\ue000", FAMILY])
     assert probe_works, "the glyph check cannot tell a missing glyph from a drawn one"
     assert not missing, (f"{name}: {len(missing)} of {checked} Chinese characters have no glyph in the browser "
-                         f"(e.g. {''.join(missing[:20])}); install a CJK font (Debian: fonts-wqy-microhei)")
+                         f"(e.g. {''.join(missing[:20])}); is custom.css with milktea's font served "
+                         "(--LabApp.custom_css=True, milktea.fonts.write_lab_custom)?")
+    assert not checked or shipped, f"{name}: the page shows Chinese but never loaded {FAMILY} (custom.css)"
     return checked
 
 

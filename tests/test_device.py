@@ -108,11 +108,17 @@ def test_environment_report_survives_a_bad_override(monkeypatch, no_cuda):
 
 
 def test_format_report_shows_every_key_and_advice(no_env):
+    from milktea import i18n
+    from milktea.device import LABELS
     d = environment_report()
     text = format_report(d)
     for key in d:
-        assert key in text
+        assert (LABELS.get(key) or key) in text
     assert "advice" not in text  # this environment is complete
+    assert d["cjk_font"].startswith("Milktea Sans SC")  # the font figures use for Chinese
+    with i18n.speaking("zh"):
+        zh = format_report(d)
+    assert "milktea 环境检查" in zh and "gloo 可用" in zh and " 是" in zh and "yes" not in zh
     broken = dict(d, ipywidgets_importable=False, ipywidgets=None)
     assert "ipywidgets does not import" in format_report(broken)
     no_lab_ext = dict(d, jupyterlab="4.2.0", jupyterlab_widgets=None)
@@ -122,7 +128,7 @@ def test_format_report_shows_every_key_and_advice(no_env):
 def test_cli_doctor(capsys, no_env):
     assert cli.main(["doctor"]) == 0
     out = capsys.readouterr().out
-    assert "gloo_available" in out and "device" in out
+    assert "gloo available" in out and "device chosen" in out
 
 
 def test_cli_unknown_command_lists_commands(capsys):

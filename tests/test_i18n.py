@@ -188,22 +188,19 @@ def _draw_chinese_title():
 
 
 def test_chinese_figure_text_has_glyphs(zh):
-    if i18n.cjk_font() is None:
-        import os
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(i18n.FONT_HINT)
-        pytest.skip(i18n.FONT_HINT)
+    from milktea import fonts
+    assert i18n.cjk_font() == fonts.FAMILY, "the font milktea ships comes first (see tests/unit/test_cjk_font.py)"
     complaints = [m for m in _draw_chinese_title() if "glyph" in m.lower()]
     assert not complaints, "\n".join(complaints)
 
 
 def test_english_drops_the_cjk_fallback(zh):
     import matplotlib
-    if i18n.cjk_font() is None:
-        pytest.skip(i18n.FONT_HINT)
-    assert i18n.cjk_font() in matplotlib.rcParams["font.family"]
+
+    from milktea import fonts
+    assert set(fonts.figure_fonts()) <= set(matplotlib.rcParams["font.family"])
     i18n.use("en")
-    assert i18n.cjk_font() not in matplotlib.rcParams["font.family"]
+    assert not set(fonts.figure_fonts()) & set(matplotlib.rcParams["font.family"])
     complaints = [m for m in _draw_chinese_title() if "glyph" in m.lower()]
     assert complaints, "without the fallback, matplotlib should miss the Chinese glyphs (the test above means something)"
 
@@ -213,13 +210,15 @@ def test_english_drops_the_cjk_fallback(zh):
 def test_lab_zh_opens_the_chinese_edition_in_chinese():
     """`make lab-zh` opens notebooks/zh/00_welcome.ipynb with a settings override (for that
     command only) that picks JupyterLab's Simplified Chinese language pack, which the course
-    extra installs."""
+    extra installs, and serves custom.css with the font milktea ships."""
     import json
     import re
     make = (ROOT / "Makefile").read_text()
-    rule = re.search(r"^lab-zh:.*\n\t(.+)$", make, re.M)
+    rule = re.search(r"^lab-zh:.*\n((?:\t.*\n)+)", make, re.M)
     assert rule, "Makefile: a lab-zh target"
-    cmd = rule.group(1)
+    cmd = rule.group(1).replace("\\\n", " ")
+    assert "milktea.fonts lab-custom $(LAB_ZH)/custom" in cmd and "JUPYTER_CONFIG_DIR=$(LAB_ZH)" in cmd
+    assert "--LabApp.custom_css=True" in cmd
     assert "notebooks/zh/00_welcome.ipynb" in cmd
     folder = re.search(r"--LabApp\.app_settings_dir=(\S+)", cmd).group(1)
     overrides = json.loads((ROOT / folder / "overrides.json").read_text())
