@@ -64,7 +64,7 @@ lint: setup
 # the .mo that ships in the package. tests/test_i18n.py fails when one step was skipped.
 LOCALE := milktea/locale
 i18n: setup
-	$(BIN)/pybabel extract --no-location --sort-output -k N_ -o $(LOCALE)/milktea.pot milktea
+	$(BIN)/pybabel extract --no-location --sort-output -k N_ -o $(LOCALE)/milktea.pot milktea solutions
 	$(BIN)/pybabel update --ignore-obsolete -D milktea -i $(LOCALE)/milktea.pot -d $(LOCALE) -l zh_CN
 	$(BIN)/pybabel compile -D milktea -d $(LOCALE) -l zh_CN --statistics
 

@@ -3,13 +3,34 @@ import copy
 import json
 from pathlib import Path
 
+from milktea.grade import assignment
 from milktea.grade.notebook import atomic_write, cell_tasks, notebook_text, read_notebook
+from milktea.grade.prepare import prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
 HIDDEN = ROOT / "tests" / "hidden_example"
 CHAPTERS = ["01_bottleneck", "02_compress", "03_topk", "04_error_feedback", "05_quantization", "06_engineering"]
+
+
+def load(chapter: str) -> assignment.Assignment:
+    """The course's assignment `chapter`: solutions/<chapter>.ipynb and its tests file."""
+    return assignment.load(str(SOLUTIONS / f"{chapter}.ipynb"))
+
+
+def tasks(chapter: str) -> list:
+    return load(chapter).tasks
+
+
+def reference(chapter: str) -> dict:
+    return assignment.reference(load(chapter))
+
+
+def prepared(chapter: str, seed: int = 0, hidden: bool = True):
+    """Cases and expected outputs, with tests/hidden_example's extra hidden cases if `hidden`."""
+    extra = HIDDEN / f"{chapter}.py"
+    return prepare(load(chapter), seed, str(extra) if hidden and extra.exists() else None)
 
 
 def solution(chapter: str) -> dict:

@@ -139,6 +139,7 @@ def graded(tmp_path_factory, request):
     topk = solution("03_topk")
     marked = with_cell(topk, "03.1", graded_cell(topk, "03.1")["source"] + f"\n# {SOLUTION_MARK}\n")
     save(marked, course / "solutions" / "03_topk.ipynb")
+    shutil.copy(SOLUTIONS / "03_topk.tests.py", course / "solutions")
     hidden = (HIDDEN / "03_topk.py").read_text().replace(
         'CASES = {', f'# {HIDDEN_MARK}\nCASES = {{\n    "03.4": [Case("marked", (np.array([1], np.int32), '
                      f'np.array([{HIDDEN_VALUE}], np.float32), (3,)))],', 1)

@@ -8,30 +8,30 @@ import nbformat
 import numpy as np
 import pytest
 
-from _grade_helpers import (CHAPTERS, EXERCISES, HIDDEN, ROOT, SOLUTIONS, TORCH_TOPK, graded_cell, save, solution,
-                            with_cell)
+from _grade_helpers import (CHAPTERS, EXERCISES, ROOT, SOLUTIONS, TORCH_TOPK, graded_cell, prepared as prepare,
+                            reference, save, solution, tasks, with_cell)
 from milktea.grade.evaluate import grade_notebook
 from milktea.grade.make_exercises import BEGIN, END, exercise_from, strip_solution
+from milktea.grade.public_checks import SUFFIX
 from milktea.grade.notebook import cell_tasks, notebook_text, read_notebook
-from milktea.grade.prepare import load_reference, prepare
-from milktea.grade.public import CHAPTERS as TASKS
 
 
 @pytest.fixture(scope="module")
 def prepared():
-    return {ch: prepare(ch, str(SOLUTIONS), str(HIDDEN), seed=11) for ch in CHAPTERS}
+    return {ch: prepare(ch, seed=11) for ch in CHAPTERS}
 
 
 def test_every_chapter_has_a_pair_of_notebooks():
-    assert sorted(TASKS) == CHAPTERS
     assert sorted(p.stem for p in SOLUTIONS.glob("*.ipynb")) == CHAPTERS
+    assert sorted(p.name for p in SOLUTIONS.glob("*.tests.py")) == [f"{ch}.tests.py" for ch in CHAPTERS]
+    assert sorted(p.name for p in EXERCISES.glob("*" + SUFFIX)) == [ch + SUFFIX for ch in CHAPTERS]
     assert sorted(p.stem for p in EXERCISES.glob("*.ipynb")) == CHAPTERS
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_exercise_is_generated_from_its_solution(chapter):
     committed = (EXERCISES / f"{chapter}.ipynb").read_text(encoding="utf-8")
-    assert committed == notebook_text(exercise_from(solution(chapter))), \
+    assert committed == notebook_text(exercise_from(solution(chapter), name=chapter)), \
         "exercises/ is out of date: run python -m milktea.grade.make_exercises"
 
 
@@ -44,11 +44,11 @@ def test_notebooks_are_clean_and_tagged(chapter):
         assert all(not c.get("outputs") and c.get("execution_count") is None for c in nb.cells if c.cell_type == "code")
         ours = read_notebook(str(path))
         tagged = [t for c in ours["cells"] for t in cell_tasks(c)]
-        assert tagged == [t.id for t in TASKS[chapter]], "one graded cell per task, in order"
+        assert tagged == [t.id for t in tasks(chapter)], "one graded cell per task, in order"
         text = "".join(c["source"] for c in ours["cells"])
-        for t in TASKS[chapter]:
+        for t in tasks(chapter):
             assert f"Task {t.id}" in text and f"({t.points:g} point" in text and f"def {t.function}(" in text
-    for t in TASKS[chapter]:
+    for t in tasks(chapter):
         stub = graded_cell(read_notebook(str(EXERCISES / f"{chapter}.ipynb")), t.id)["source"]
         assert "raise NotImplementedError" in stub and BEGIN not in stub and END not in stub
 
@@ -77,7 +77,7 @@ def test_make_exercises_check_command(tmp_path):
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_solution_scores_full_marks(prepared, chapter):
     res = grade_notebook(str(SOLUTIONS / f"{chapter}.ipynb"), prepared[chapter])
-    assert [(t.id, t.score, t.kind) for t in res.tasks] == [(t.id, t.points, "") for t in TASKS[chapter]], \
+    assert [(t.id, t.score, t.kind) for t in res.tasks] == [(t.id, t.points, "") for t in tasks(chapter)], \
         [t.lines for t in res.tasks]
 
 
@@ -90,7 +90,7 @@ def test_untouched_exercise_scores_zero_without_crashing(prepared, chapter):
 
 
 def test_cases_are_fresh_per_seed_and_fixed_within_one():
-    a, b, c = (prepare("03_topk", str(SOLUTIONS), None, s) for s in (1, 1, 2))
+    a, b, c = (prepare("03_topk", s, hidden=False) for s in (1, 1, 2))
     enc = lambda ch: [p.encoded for p in ch.tasks]
     assert enc(a) == enc(b) and enc(a) != enc(c)
 
@@ -152,14 +152,14 @@ def test_check_command_speaks_of_public_tests_only():
 
 def test_reference_agrees_with_the_library():
     cost = pytest.importorskip("milktea.cost")
-    ref = load_reference(str(SOLUTIONS), "01_bottleneck")
+    ref = reference("01_bottleneck")
     link = cost.Link.gbit(25, 5e-5)
     for n, w in [(1e9, 64), (4e6, 8), (1e3, 2)]:
         assert ref["ring_allreduce_time"](n, w, 25, 5e-5) == pytest.approx(cost.ring_allreduce_time(n, w, link))
         assert ref["ring_allreduce_bytes"](n, 1, w) == pytest.approx(cost.ring_allreduce_bytes(n, w))
     assert ref["iteration_time"](0.2, 10**9, 4, 8, 25, 0)[1] == pytest.approx(
         cost.waiting_fraction(0.2, cost.ring_allreduce_time(4e9, 8, cost.Link.gbit(25, 0))))
-    eng = load_reference(str(SOLUTIONS), "06_engineering")
+    eng = reference("06_engineering")
     back, comm = [0.05, 0.2, 0.01, 0.1], [0.15, 0.02, 0.3, 0.0]
     timeline = cost.overlapped_timeline(back, comm, forward=0.04)
     np.testing.assert_allclose(eng["overlap_timeline"](np.array(back), np.array(comm)),
@@ -172,24 +172,24 @@ def test_exercise_encodings_match_the_library():
     torch = pytest.importorskip("torch")
     index = pytest.importorskip("milktea.index")
     milktea = pytest.importorskip("milktea")
-    eng = load_reference(str(SOLUTIONS), "06_engineering")
+    eng = reference("06_engineering")
     rng = np.random.default_rng(3)
     for idx in (np.array([0, 3, 300]), np.array([5, 516]), np.sort(rng.choice(10**6, 3000, replace=False))):
         _, lib = index.encode(torch.as_tensor(idx), 10**6, "delta8")
         np.testing.assert_array_equal(eng["delta_encode"](idx), lib.numpy())
         np.testing.assert_array_equal(eng["delta_decode"](lib.numpy()), idx)
-    q = load_reference(str(SOLUTIONS), "05_quantization")
+    q = reference("05_quantization")
     x = rng.standard_normal(5000).astype(np.float32)
     quant = milktea.Quantize(bits=8, chunk=None)
     mine = q["dequantize"](*q["absmax_quantize"](x, 8))
     np.testing.assert_allclose(mine, quant.decompress(quant.compress(torch.as_tensor(x))).numpy(), rtol=1e-5, atol=1e-7)
-    topk = load_reference(str(SOLUTIONS), "03_topk")
+    topk = reference("03_topk")
     sparse = milktea.TopK(k=50).decompress(milktea.TopK(k=50).compress(torch.as_tensor(x))).numpy()
     np.testing.assert_array_equal(topk["topk_sparsify"](x, 50), sparse)
 
 
 def test_error_feedback_keeps_the_ledger():
-    ef = load_reference(str(SOLUTIONS), "04_error_feedback")
+    ef = reference("04_error_feedback")
     rng = np.random.default_rng(0)
     grads = rng.standard_normal((6, 50))
     total, residual = ef["ef_run"](grads, 5)

@@ -174,8 +174,7 @@ def test_the_submissions_folder_is_read_without_following_anything(tmp_path):
     import os
     import stat
 
-    from _grade_helpers import SOLUTIONS, save, solution
-    from milktea.grade.public import CHAPTERS
+    from _grade_helpers import CHAPTERS, SOLUTIONS, save, solution
     from milktea.grade.submissions import find_submissions
     topk = solution("03_topk")
     save(topk, tmp_path / os.fsdecode(b"caf\xe9.ipynb"))                  # a lone notebook, non-UTF-8 name

@@ -10,14 +10,12 @@ import shutil
 
 import pytest
 
-from _grade_helpers import CHAPTERS, EXERCISES, HIDDEN, SOLUTIONS, save, solution, with_cell
+from _grade_helpers import CHAPTERS, EXERCISES, HIDDEN, SOLUTIONS, prepared as prepare, save, solution, tasks, with_cell
 from milktea.grade import make_exercises
 from milktea.grade.check import check_notebook
 from milktea.grade.classroom import _feedback, grade_class
 from milktea.grade.evaluate import grade_notebook
 from milktea.grade.notebook import cell_tasks, notebook_language, notebook_text, read_notebook
-from milktea.grade.prepare import prepare
-from milktea.grade.public import CHAPTERS as TASKS
 from milktea.grade.sandbox import Limits
 
 CHAPTER = "03_topk"
@@ -33,6 +31,8 @@ def _chinese(nb: dict) -> dict:
     nb = copy.deepcopy(nb)
     cell = next(c for c in nb["cells"] if c["cell_type"] == "markdown")
     cell["source"] = "# 练习 3：Top-K 稀疏化\n\n只保留绝对值最大的 K 个元素，其余置零；总部据此还原完整的报表。"
+    heading = next(c for c in nb["cells"] if c["source"].startswith("## Task 03.1"))
+    heading["source"] = heading["source"].replace("## Task 03.1 · The threshold (2 points)", "## 任务 03.1 · 阈值（2 分）")
     return nb
 
 
@@ -51,9 +51,15 @@ def test_make_exercises_writes_the_chinese_edition(course):
     zh = read_notebook(str(course / "exercises" / "zh" / f"{CHAPTER}.ipynb"))
     en = read_notebook(str(course / "exercises" / f"{CHAPTER}.ipynb"))
     assert (course / "exercises" / f"{CHAPTER}.ipynb").read_text() == (EXERCISES / f"{CHAPTER}.ipynb").read_text()
-    assert _tasks(zh) == _tasks(en) == [t.id for t in TASKS[CHAPTER]]
+    assert _tasks(zh) == _tasks(en) == [t.id for t in tasks(CHAPTER)]
     assert zh["metadata"]["milktea"]["lang"] == "zh" and "lang" not in en["metadata"]["milktea"]
-    assert [c["source"] for c in zh["cells"][1:]] == [c["source"] for c in en["cells"][1:]]
+    # the same cells, but the scaffolds speak Chinese (and two markdown cells were translated)
+    en_stub, zh_stub = make_exercises.release.STUBS["en"], make_exercises.release.STUBS["zh"]
+    same = lambda src: src.replace(zh_stub[0], en_stub[0]).replace(zh_stub[1], en_stub[1])
+    assert [same(c["source"]) for c in zh["cells"] if c["cell_type"] == "code"] == \
+        [c["source"] for c in en["cells"] if c["cell_type"] == "code"]
+    stubs = [c["source"] for c in zh["cells"] if c["cell_type"] == "code" and "NotImplementedError" in c["source"]]
+    assert len(stubs) == 4 and all(zh_stub[0] in s and zh_stub[1] in s and "YOUR CODE" not in s for s in stubs)
     assert zh["cells"][0]["source"].startswith("# 练习 3")
     assert notebook_language("anywhere/03_topk.ipynb", zh) == "zh"
     assert notebook_language("exercises/03_topk.ipynb", en) == "en"
@@ -66,10 +72,10 @@ def test_make_exercises_writes_the_chinese_edition(course):
 
 
 def test_chinese_solution_and_exercise_grade_like_the_english_ones(course):
-    prepared = prepare(CHAPTER, str(SOLUTIONS), str(HIDDEN), seed=5)
+    prepared = prepare(CHAPTER, seed=5)
     score = lambda path: [(t.id, t.points, t.score, t.kind) for t in grade_notebook(str(path), prepared).tasks]
     en_sol, zh_sol = score(course / "solutions" / f"{CHAPTER}.ipynb"), score(course / "solutions" / "zh" / f"{CHAPTER}.ipynb")
-    assert zh_sol == en_sol == [(t.id, t.points, t.points, "") for t in TASKS[CHAPTER]]
+    assert zh_sol == en_sol == [(t.id, t.points, t.points, "") for t in tasks(CHAPTER)]
     en_ex, zh_ex = score(course / "exercises" / f"{CHAPTER}.ipynb"), score(course / "exercises" / "zh" / f"{CHAPTER}.ipynb")
     assert zh_ex == en_ex and all(score == 0 for _, _, score, _ in zh_ex)
 
@@ -97,21 +103,22 @@ def test_class_feedback_in_each_learners_language(course, tmp_path):
 
 def test_feedback_is_in_the_notebooks_language(course, capsys):
     zh_ex = course / "exercises" / "zh" / f"{CHAPTER}.ipynb"
-    res = check_notebook(str(zh_ex), solutions=str(SOLUTIONS), seed=3)
+    res = check_notebook(str(zh_ex))
     out = capsys.readouterr().out
     assert "用公开测试检查 03_topk.ipynb" in out and "尚未实现" in out and "公开测试得分：0/" in out
-    assert "Top-K 阈值" in out  # the task's title
-    check_notebook(str(course / "exercises" / f"{CHAPTER}.ipynb"), solutions=str(SOLUTIONS), seed=3)
+    assert "03.1 阈值 ..." in out  # the task's title: the heading of its cell in the Chinese notebook
+    check_notebook(str(course / "exercises" / f"{CHAPTER}.ipynb"))
     out = capsys.readouterr().out
     assert "Checking 03_topk.ipynb on the public tests" in out and "not implemented yet" in out
+    assert "03.1 The threshold ..." in out
     assert "总分" in _feedback("小明", [res], "zh") and "Total:" in _feedback("Ming", [res], "en")
 
 
 @pytest.mark.parametrize("path", ZH_SOLUTIONS, ids=lambda p: f"solutions/zh/{p.name}")
 def test_real_chinese_solution_has_the_english_tasks(path):
     assert path.stem in CHAPTERS, f"solutions/zh/{path.name} has no English original"
-    assert _tasks(read_notebook(str(path))) == [t.id for t in TASKS[path.stem]]
-    made = notebook_text(make_exercises.exercise_from(read_notebook(str(path)), "zh"))
+    assert _tasks(read_notebook(str(path))) == [t.id for t in tasks(path.stem)]
+    made = notebook_text(make_exercises.exercise_from(read_notebook(str(path)), "zh", path.stem))
     assert (EXERCISES / "zh" / path.name).read_text(encoding="utf-8") == made, \
         "exercises/zh/ is out of date: run python -m milktea.grade.make_exercises"
     assert json.loads(made)["metadata"]["milktea"]["lang"] == "zh"

@@ -27,7 +27,7 @@ from ..grade import isolation
 from ..grade.evaluate import grade_notebook
 from ..grade.notebook import atomic_write, cell_tasks, notebook_text, read_notebook
 from ..grade.prepare import prepare
-from ..grade.public import CHAPTERS
+from ..grade import assignment
 from .timing import measure, table
 
 TARGET_S = 2.0
@@ -56,7 +56,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     t0 = time.perf_counter()
-    prepared = {ch: prepare(ch, args.solutions, None, seed=0) for ch in CHAPTERS}
+    found = assignment.find(args.solutions)
+    CHAPTERS = list(found)
+    prepared = {ch: prepare(found[ch], seed=0) for ch in CHAPTERS}
     prep_s = time.perf_counter() - t0
     box = isolation.probe()
     first = "zygote" if box.zygote else "per child" if box.isolated else "no sandbox"

@@ -10,7 +10,6 @@ import sys
 
 from .classroom import grade_class
 from .prepare import SetupError
-from .public import CHAPTERS
 from .sandbox import Limits
 
 
@@ -19,14 +18,18 @@ def main(argv=None) -> int:
     if argv[:1] == ["gradescope"]:
         from .gradescope import main as gradescope
         return gradescope(argv[1:])
+    if argv[:1] == ["release"]:
+        from .release import main as release
+        return release(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m milktea.grade",
                                  description="Grade a folder of exercise notebooks out of process.")
     ap.add_argument("submissions", help="SUBMISSIONS_DIR/<student>/<exercise>.ipynb or SUBMISSIONS_DIR/<student>.ipynb")
     ap.add_argument("--out", required=True, help="folder for grades.csv, results/, feedback/, summary.txt")
-    ap.add_argument("--solutions", default="solutions", help="folder of the reference notebooks (default: solutions)")
+    ap.add_argument("--solutions", default="solutions",
+                    help="folder of the master notebooks, each with NAME.tests.py beside it (default: solutions)")
     ap.add_argument("--hidden", help="folder of hidden tests: <exercise>.py files defining CASES")
-    ap.add_argument("--chapter", choices=sorted(CHAPTERS), help="grade only this exercise (needed for <student>.ipynb "
-                                                                 "files without exercise metadata)")
+    ap.add_argument("--assignment", "--chapter", dest="chapter",
+                    help="grade only this assignment (needed for <student>.ipynb files without its metadata)")
     ap.add_argument("--seed", type=int, help="seed of the random cases (default: kept from the last run in --out)")
     ap.add_argument("--task-timeout", type=float, default=10.0, help="seconds per task and per graded cell (10)")
     ap.add_argument("--submission-timeout", type=float, default=120.0, help="seconds per submission (120)")

@@ -2,38 +2,24 @@
 
     python -m milktea.grade.check 03_topk.ipynb
 
-Your graded cells run in a separate, limited process; the printout gives your points per
-task and, for each mistake, the input, what was expected and what your code returned.
-Passing the public tests is a good sign, not a guarantee: the final grade adds hidden tests.
+Your graded cells run in a separate, limited process, on the public checks that came with the
+exercise (NAME.checks.json beside the notebook); the printout gives your points per task and,
+for each mistake, the input, what was expected and what your code returned. Passing the
+public tests is a good sign, not a guarantee: the final grade adds hidden tests.
 """
 from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import sys
 
 from .. import i18n
 from ..i18n import _
 from .evaluate import WORDS, NotebookResult, grade_notebook
-from .notebook import NotebookError, chapter_of, notebook_language, read_notebook
-from .prepare import SetupError, prepare
-from .public import CHAPTERS
+from . import assignment, public_checks
+from .assignment import SetupError
+from .notebook import NotebookError, assignment_of, notebook_language, read_notebook
 from .sandbox import Limits
-
-
-def find_solutions(notebook: str, chapter: str) -> str:
-    """The folder holding the reference notebook: solutions/ beside exercises/, or in the course."""
-    here = os.path.dirname(os.path.abspath(notebook))
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    candidates = [here] if os.path.basename(here) == "solutions" else []
-    candidates += [os.path.join(here, "..", "solutions"), os.path.join(os.getcwd(), "solutions"),
-                   os.path.join(package_root, "solutions")]
-    for d in candidates:
-        if os.path.exists(os.path.join(d, chapter + ".ipynb")):
-            return os.path.normpath(d)
-    raise SetupError(f"can't find solutions/{chapter}.ipynb, which the checker uses to compute the right "
-                     "answers: run from the course folder or pass --solutions DIR")
 
 
 def format_result(res: NotebookResult, hidden: bool = False, width: int = 60) -> str:
@@ -42,7 +28,7 @@ def format_result(res: NotebookResult, hidden: bool = False, width: int = 60) ->
     shared = len({tuple(t.lines) for t in res.tasks}) == 1 and res.tasks and res.tasks[0].lines \
         and res.tasks[0].kind in ("malformed", "not_submitted", "missing")
     for t in res.tasks:
-        head = f"{t.id} {_(t.title)} "
+        head = f"{t.id} {t.title} "
         score = f"{t.score:g}/{t.points:g}"
         word = WORDS.get(t.kind, t.kind)
         status = "" if not t.kind else f"  {_(word)}"
@@ -67,43 +53,74 @@ def summary_line(res: NotebookResult) -> str:
         score=res.score, points=res.points, ok=ok, n=len(res.tasks))
 
 
-def check_notebook(notebook: str, solutions: str | None = None, seed: int | None = None, limits: Limits = Limits(),
-          quiet: bool = False) -> NotebookResult:
-    """Grade `notebook` on the public tests and print the report; returns the result."""
+def check_notebook(notebook: str, checks: str | None = None, limits: Limits = Limits(),
+                   quiet: bool = False) -> NotebookResult:
+    """Grade `notebook` on the public checks shipped with it and print the report; returns the
+    result. `checks`: the NAME.checks.json file (found beside the notebook by default)."""
     try:
         nb = read_notebook(notebook)
     except NotebookError:
         nb = None
-    chapter = chapter_of(notebook, nb, CHAPTERS)
-    if chapter is None:
-        raise SetupError(f"can't tell which exercise {notebook} is: keep its name (e.g. 03_topk.ipynb)")
-    seed = secrets.randbelow(10**6) if seed is None else seed
-    solutions = solutions or find_solutions(notebook, chapter)
-    prepared = prepare(chapter, solutions, None, seed)
-    deny = [] if os.path.samefile(os.path.dirname(os.path.abspath(notebook)), solutions) else [solutions]
+    name = assignment_of(notebook, nb, _names_near(notebook, checks))
+    if name is None:
+        raise SetupError(f"can't tell which exercise {notebook} is: keep its name (e.g. 03_topk.ipynb), "
+                         "or pass --checks FILE")
+    prepared = _public(notebook, name, checks)
     with i18n.speaking(notebook_language(notebook, nb)):  # the feedback is written while grading
-        res = grade_notebook(notebook, prepared, limits, deny)
+        res = grade_notebook(notebook, prepared, limits)
         if not quiet:
-            print(_("Checking {name} on the public tests (seed {seed}; --seed {seed} repeats these cases)").format(
-                name=os.path.basename(notebook), seed=seed) + "\n")
+            print(_("Checking {name} on the public tests").format(name=os.path.basename(notebook)) + "\n")
             print(format_result(res))
             print("\n" + summary_line(res))
     return res
 
 
+def _public(notebook: str, name: str, checks: str | None):
+    """The public checks of `notebook`: its checks file, or, in a folder of master notebooks
+    (an instructor checking an assignment), the same checks built from the master."""
+    try:
+        path = public_checks.find(notebook, name, checks)
+    except SetupError:
+        here = os.path.dirname(os.path.abspath(notebook))
+        master = os.path.join(here, name + ".ipynb")
+        if os.path.basename(here) in assignment.TRANSLATIONS:   # a translated master: use the original
+            master = os.path.join(os.path.dirname(here), name + ".ipynb")
+        if checks or not os.path.exists(assignment.tests_path(master)):
+            raise
+        return public_checks.prepared(public_checks.build(assignment.load(master)), master)
+    return public_checks.prepared(public_checks.load(path), path)
+
+
+def _names_near(notebook: str, given: str | None) -> list:
+    """Assignment names whose checks (or tests files) sit beside the notebook, one folder up,
+    or are `given`."""
+    if given:
+        return [os.path.basename(given).removesuffix(public_checks.SUFFIX)]
+    here = os.path.dirname(os.path.abspath(notebook))
+    names = []
+    for folder in (here, os.path.dirname(here), os.getcwd()):
+        try:
+            names += [e[:-len(suffix)] for e in os.listdir(folder)
+                      for suffix in (public_checks.SUFFIX, assignment.TESTS_SUFFIX) if e.endswith(suffix)]
+        except OSError:
+            continue
+    return names
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m milktea.grade.check", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m milktea.grade.check", description=__doc__.split("\n")[0],
+                                 epilog="Exit status: 0 when every task passes its public checks, 1 otherwise, "
+                                        "2 when a notebook or its checks can't be found.")
     ap.add_argument("notebooks", nargs="+", help="exercise notebooks, e.g. 03_topk.ipynb")
-    ap.add_argument("--solutions", help="folder with the reference notebooks (found automatically in the course)")
-    ap.add_argument("--seed", type=int, help="repeat the random cases of an earlier run")
-    ap.add_argument("--timeout", type=float, default=10.0, help="seconds allowed per task (default 10)")
+    ap.add_argument("--checks", help="the public checks file (default: NAME.checks.json beside the notebook)")
+    ap.add_argument("--timeout", type=float, default=10.0, help="CPU seconds allowed per task (default 10)")
     args = ap.parse_args(argv)
     status = 0
     for i, path in enumerate(args.notebooks):
         if i:
             print()
         try:
-            res = check_notebook(path, args.solutions, args.seed, Limits(task_seconds=args.timeout))
+            res = check_notebook(path, args.checks, Limits(task_seconds=args.timeout))
         except SetupError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

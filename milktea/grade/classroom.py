@@ -36,8 +36,8 @@ from .evaluate import WORDS, failed_all, grade_notebook
 from .. import i18n
 from ..i18n import _
 from .notebook import atomic_write, notebook_language
-from .prepare import SetupError, fingerprint, prepare
-from .public import CHAPTERS
+from . import assignment as assignments_
+from .prepare import SetupError, check_hidden_dir, fingerprint, prepare
 from .sandbox import Limits
 from .submissions import find_submissions as _find
 
@@ -50,10 +50,10 @@ def safe_name(student: str) -> str:
     return safe if safe == student else f"{safe}-{hashlib.sha1(student.encode('utf-8', 'backslashreplace')).hexdigest()[:6]}"
 
 
-def find_submissions(root: str, chapter: str | None = None):
-    """{student: Student} (submissions.Student: files by chapter, notes) and notes for the summary."""
+def find_submissions(root: str, known, chapter: str | None = None):
+    """{student: Student} (submissions.Student: files by assignment, notes) and notes for the summary."""
     try:
-        return _find(root, CHAPTERS, chapter)
+        return _find(root, known, chapter)
     except NotADirectoryError as e:
         raise SetupError(str(e)) from None
 
@@ -106,7 +106,10 @@ def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden
                 seed: int | None = None, limits: Limits = Limits(), chapter: str | None = None,
                 jobs: int = 1, progress: bool = True, trust: bool = False, box=None) -> dict:
     """Grade every submission; returns {student: record}. See the module docstring.
-    `box`: the isolation.Sandbox to use (default: isolation.probe())."""
+    `solutions`: the folder of master notebooks (each with its NAME.tests.py); `chapter`: grade
+    only this assignment; `box`: the isolation.Sandbox to use (default: isolation.probe())."""
+    found_assignments = assignments_.find(solutions, [chapter] if chapter else None)
+    hidden_files = check_hidden_dir(hidden, assignments_.names(solutions))
     box = isolation.probe() if box is None else box
     if not box.isolated and not trust:
         raise SetupError(refusal(box))
@@ -128,13 +131,13 @@ def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden
         except (OSError, ValueError, AttributeError):
             seed = None
     seed = secrets.randbelow(10**9) if not isinstance(seed, int) or isinstance(seed, bool) else seed
-    found, notes = find_submissions(submissions, chapter)
+    found, notes = find_submissions(submissions, list(found_assignments), chapter)
     chapters = sorted({ch for st in found.values() for ch in st.files if ch} | ({chapter} if chapter else set()))
     for st in found.values():   # a lone <student>.ipynb without metadata: the class's only exercise
         if None in st.files and len(chapters) == 1 and chapters[0] not in st.files:
             st.files[chapters[0]] = st.files.pop(None)
     # every trusted input is read (and hashed) here, before any student code runs
-    prepared = {ch: prepare(ch, solutions, hidden, seed) for ch in chapters}
+    prepared = {ch: prepare(found_assignments[ch], seed, hidden_files.get(ch)) for ch in chapters}
     isolated = box.isolated
     how = box.describe() if isolated else f"NOT ISOLATED (--trust-submissions): {box.why}"
     atomic_write(run_file, json.dumps({"seed": seed, "version": VERSION, "isolated": isolated, "isolation": how,
@@ -171,7 +174,7 @@ def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden
                 unknown = st.files[None]
                 results.append(failed_all(prepared[ch], unknown.shown, "malformed", unknown.error or _(
                     "{name}: can't tell which exercise this is (no exercise metadata); "
-                    "the instructor can pass --chapter").format(name=unknown.shown)))
+                    "the instructor can pass --assignment").format(name=unknown.shown)))
             else:
                 results.append(failed_all(prepared[ch], "", "not_submitted",
                                           _("{name} was not submitted").format(name=f"{ch}.ipynb")))
@@ -243,7 +246,7 @@ def _record(student: str, results: list, key: str) -> dict:
 
 
 def _error_record(student, prepared, message) -> dict:
-    tests = [{"name": f"{p.task.id} {p.task.title}", "score": 0.0, "max_score": p.task.points,
+    tests = [{"name": f"{p.task.id} {ch.title(p.task.id)}", "score": 0.0, "max_score": p.task.points,
               "visibility": "visible", "status": "failed", "output": "not graded: internal grader error"}
              for ch in prepared.values() for p in ch.tasks]
     return {"score": 0.0, "tests": tests, "output": "grader error", "extra_data": {

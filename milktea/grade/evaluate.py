@@ -8,10 +8,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from .. import i18n
 from ..i18n import N_, _
 from . import sandbox
 from .notebook import NotebookError, graded_cells, read_notebook
-from .prepare import Chapter
+from .prepare import Prepared
+from .public_checks import Hashed, compare_hashed
 from .spec import call_text, show
 
 SHOWN = 3   # public failures described in full per task
@@ -76,16 +78,16 @@ class NotebookResult:
         return sum(t.points for t in self.tasks)
 
 
-def failed_all(chapter: Chapter, path: str, kind: str, message: str) -> NotebookResult:
-    """Every task of the chapter scores 0 for the same reason (unreadable, not submitted)."""
+def failed_all(chapter: Prepared, path: str, kind: str, message: str) -> NotebookResult:
+    """Every task of the assignment scores 0 for the same reason (unreadable, not submitted)."""
     res = NotebookResult(chapter.name, path)
     for p in chapter.tasks:
-        res.tasks.append(TaskResult(p.task.id, p.task.function, p.task.title, p.task.points,
+        res.tasks.append(TaskResult(p.task.id, p.task.function, chapter.title(p.task.id, i18n.language()), p.task.points,
                                     total=len(p.cases), public_total=p.public, kind=kind, lines=[message]))
     return res
 
 
-def grade_notebook(path: str, chapter: Chapter, limits: sandbox.Limits = sandbox.Limits(),
+def grade_notebook(path: str, chapter: Prepared, limits: sandbox.Limits = sandbox.Limits(),
                    deny=(), box=None, nb: dict | None = None) -> NotebookResult:
     """Grade one notebook against a prepared chapter: read, run out of process, compare.
     `box`: an isolation.Sandbox for the child (None: a plain limited process); `nb`: the
@@ -111,7 +113,7 @@ def grade_notebook(path: str, chapter: Chapter, limits: sandbox.Limits = sandbox
         if key not in where.values():
             res.notes.append(f"{labels.get(key, key)} could not run: {_error_text(err, limits)}")
     for p in chapter.tasks:
-        res.tasks.append(_task_result(p, run, where.get(p.task.id), labels, limits))
+        res.tasks.append(_task_result(p, run, where.get(p.task.id), labels, limits, chapter.title(p.task.id, i18n.language())))
     return res
 
 
@@ -122,9 +124,9 @@ def _error_text(err: dict, limits) -> str:
     return text + (f" ({err['where']})" if err.get("where") else "")
 
 
-def _task_result(p, run, cell_key, labels, limits) -> TaskResult:
+def _task_result(p, run, cell_key, labels, limits, title) -> TaskResult:
     t = p.task
-    r = TaskResult(t.id, t.function, t.title, t.points, total=len(p.cases), public_total=p.public)
+    r = TaskResult(t.id, t.function, title, t.points, total=len(p.cases), public_total=p.public)
     cell_err = run.cell_errors.get(cell_key) if cell_key else None
     if t.id in run.missing or cell_key is None:
         if cell_key is None:
@@ -182,10 +184,16 @@ def _task_result(p, run, cell_key, labels, limits) -> TaskResult:
 
 
 def _compare(t, expected, got, args):
+    if isinstance(expected, Hashed):
+        return compare_hashed(expected, got)
     try:
-        return t.compare(expected, got, args)
+        problem = t.compare(expected, got, args)
     except Exception as e:   # a shape of answer the comparator did not foresee
-        return _("returned {v}, which could not be compared with the answer ({error})").format(v=show(got), error=type(e).__name__)
+        problem = _("returned {v}, which could not be compared with the answer ({error})").format(
+            v=show(got), error=type(e).__name__)
+    if problem is not None and not t.reveal:   # its expected values would give the answer away
+        return _("not the expected answer (this task's answers are not shown)")
+    return problem
 
 
 def _case_text(t, case, problem, o, limits) -> str:

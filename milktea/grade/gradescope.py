@@ -30,8 +30,8 @@ from . import isolation
 from .classroom import _record, refusal
 from .evaluate import failed_all, grade_notebook
 from .notebook import atomic_write
-from .prepare import SetupError, prepare
-from .public import CHAPTERS
+from . import assignment as assignments_
+from .prepare import SetupError, check_hidden_dir, prepare
 from .sandbox import Limits
 from .submissions import scan_folder
 
@@ -59,11 +59,14 @@ PYTHONPATH="$ROOT/source/src" exec "$PY" -m milktea.grade.gradescope run --root 
 
 
 def build(out: str, solutions: str = "solutions", hidden: str | None = None, chapters=None,
-          trust: bool = False, limits: Limits = Limits()) -> str:
+          trust: bool = False, limits: Limits = Limits(), seed: int | None = None) -> str:
     """Write the bundle folder `out` and `out`.zip; returns the zip's path."""
-    chapters = list(chapters or CHAPTERS)
+    found = assignments_.find(solutions, chapters)
+    chapters = list(found)
+    hidden_files = check_hidden_dir(hidden, assignments_.names(solutions))
+    seed = secrets.randbelow(10**9) if seed is None else seed
     for ch in chapters:
-        prepare(ch, solutions, hidden, 0)          # fails now, not on Gradescope, if something is missing
+        prepare(found[ch], seed, hidden_files.get(ch))   # fails now, not on Gradescope, if something is wrong
     if os.path.exists(out):
         shutil.rmtree(out)
     src = os.path.join(out, "src")
@@ -74,11 +77,18 @@ def build(out: str, solutions: str = "solutions", hidden: str | None = None, cha
             shutil.copy(os.path.join(os.path.dirname(PACKAGE), name), src)
     os.makedirs(os.path.join(out, "solutions"))
     for ch in chapters:
-        shutil.copy(os.path.join(solutions, ch + ".ipynb"), os.path.join(out, "solutions"))
-        if hidden and os.path.exists(os.path.join(hidden, ch + ".py")):
+        a = found[ch]
+        shutil.copy(a.master, os.path.join(out, "solutions"))
+        shutil.copy(a.tests, os.path.join(out, "solutions"))
+        for lang in a.notebooks:
+            if lang != a.lang:
+                os.makedirs(os.path.join(out, "solutions", lang), exist_ok=True)
+                shutil.copy(os.path.join(os.path.dirname(a.master), lang, ch + ".ipynb"),
+                            os.path.join(out, "solutions", lang))
+        if ch in hidden_files:
             os.makedirs(os.path.join(out, "hidden"), exist_ok=True)
-            shutil.copy(os.path.join(hidden, ch + ".py"), os.path.join(out, "hidden"))
-    config = {"chapters": chapters, "trust": trust, "limits": limits.__dict__}
+            shutil.copy(hidden_files[ch], os.path.join(out, "hidden"))
+    config = {"chapters": chapters, "trust": trust, "limits": limits.__dict__, "seed": seed}
     atomic_write(os.path.join(out, "config.json"), json.dumps(config, indent=1) + "\n")
     for name, text in (("setup.sh", SETUP), ("run_autograder", RUN)):
         path = os.path.join(out, name)
@@ -100,10 +110,12 @@ def results(root: str, box=None) -> dict:
     hidden = os.path.join(source, "hidden")
     hidden = hidden if os.path.isdir(hidden) else None
     chapters = config["chapters"]
-    student = scan_folder(os.path.join(root, "submission"), CHAPTERS, chapters[0] if len(chapters) == 1 else None)
+    found = assignments_.find(os.path.join(source, "solutions"), chapters)
+    hidden_files = check_hidden_dir(hidden, found)
+    student = scan_folder(os.path.join(root, "submission"), chapters, chapters[0] if len(chapters) == 1 else None)
     start, out = time.monotonic(), []
     for ch in chapters:
-        prepared = prepare(ch, os.path.join(source, "solutions"), hidden, seed=secrets.randbelow(10**9))
+        prepared = prepare(found[ch], config["seed"], hidden_files.get(ch))
         sub = student.files.get(ch) or (student.files.get(None) if len(chapters) == 1 else None)
         if sub is None:
             out.append(failed_all(prepared, "", "not_submitted", f"no notebook for {ch} was found in the submission "
@@ -121,7 +133,7 @@ def results(root: str, box=None) -> dict:
     rec["output"] = "\n".join([rec["output"]] + [f"note: {n}" for n in notes]
                               + ([] if box.isolated else [f"(not isolated: {box.why})"]))
     rec["execution_time"] = round(time.monotonic() - start, 2)
-    rec["extra_data"] = {"isolated": box.isolated}
+    rec["extra_data"] = {"isolated": box.isolated, "seed": config["seed"]}
     return rec
 
 
@@ -136,15 +148,17 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="bundle folder to write; BUNDLE.zip is what you upload")
     ap.add_argument("--solutions", default="solutions", help="folder of the reference notebooks (default: solutions)")
     ap.add_argument("--hidden", help="folder of hidden tests: <exercise>.py files defining CASES")
-    ap.add_argument("--chapter", action="append", choices=sorted(CHAPTERS),
-                    help="an exercise of this assignment (repeat for several; default: all)")
+    ap.add_argument("--assignment", "--chapter", dest="chapter", action="append",
+                    help="an assignment in --solutions to include (repeat for several; default: all)")
+    ap.add_argument("--seed", type=int, help="seed of the random cases, the same for every submission "
+                                             "(default: drawn once now; recorded in each results.json)")
     ap.add_argument("--trust-submissions", action="store_true",
                     help="grade even where the image can't isolate student code (results say so)")
     ap.add_argument("--task-timeout", type=float, default=10.0, help="seconds per task and per graded cell (10)")
     args = ap.parse_args(argv)
     try:
         path = build(args.out, args.solutions, args.hidden, args.chapter, args.trust_submissions,
-                     Limits(task_seconds=args.task_timeout))
+                     Limits(task_seconds=args.task_timeout), args.seed)
     except SetupError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -123,16 +123,32 @@ def notebook_language(path: str, nb: dict | None, by_folder: bool = True) -> str
     return "zh" if in_zh else "en"
 
 
-def chapter_of(path: str, nb: dict | None, known) -> str | None:
-    """Which exercise a notebook is: its metadata first, then a 2-digit file-name prefix."""
+def assignment_of(path: str, nb: dict | None, known) -> str | None:
+    """Which assignment a notebook is: its metadata (`milktea.assignment`, written by the
+    release), else its file name: the name itself, a copy of it ("03_topk (1).ipynb"), or the
+    two leading digits of the course's chapters when one assignment alone starts with them.
+
+    >>> assignment_of("hw2 (1).ipynb", None, ["hw1", "hw2"]), assignment_of("03_mine.ipynb", None, ["03_topk"])
+    ('hw2', '03_topk')
+    """
     meta = (nb or {}).get("metadata", {}).get("milktea", {})
-    if isinstance(meta, dict) and meta.get("chapter") in known:
-        return meta["chapter"]
-    m = CHAPTER.match(os.path.basename(path))
+    if isinstance(meta, dict):
+        for key in ("assignment", "chapter"):
+            if isinstance(meta.get(key), str) and meta[key] in known:
+                return meta[key]
+    stem = os.path.basename(path)
+    stem = stem[:-len(".ipynb")] if stem.endswith(".ipynb") else stem
+    if stem in known:
+        return stem
+    copies = [k for k in known if stem.startswith(k) and not (stem[len(k):len(k) + 1].isalnum()
+                                                              or stem[len(k):len(k) + 1] == "_")]
+    if copies:
+        return max(copies, key=len)
+    m = CHAPTER.match(stem)
     if m:
-        for chapter in known:
-            if chapter.startswith(m.group(1)):
-                return chapter
+        same = [k for k in known if k.startswith(m.group(1))]
+        if len(same) == 1:
+            return same[0]
     return None
 
 

@@ -1,16 +1,17 @@
-"""Everything the grader computes once per exercise, in its own process, before any student.
+"""Everything the grader computes once per assignment, in its own process, before any student.
 
-`prepare(chapter, solutions_dir, hidden_dir, seed)` loads the reference functions from the
-solution notebook (trusted code, executed here), builds the cases of every task (public ones
-from milktea.grade.public, hidden ones from the instructor's directory) with one seed for the
-whole class, and computes the expected outputs. Students' code never runs here.
+`prepare(assignment, seed, hidden_dir)` loads the reference functions from the master notebook
+(trusted code, executed here), builds the cases of every task with one seed for the whole
+class (public ones from the tests file's TASKS, hidden ones from its HIDDEN and from the
+instructor's `hidden_dir`), and computes the expected outputs. Students' code never runs here.
 
-A hidden-test file is `<hidden_dir>/<chapter>.py` (e.g. `03_topk.py`) defining
+A file in `hidden_dir` is `<hidden_dir>/<assignment>.py` (e.g. `03_topk.py`) defining
 
     CASES = {"03.1": [Case("label", (x, k)), ...],     # a list of Case
              "03.2": lambda rng, ref: [...]}             # or a function of (rng, reference)
 
-where `Case` comes from `milktea.grade.spec`.
+where `Case` comes from `milktea.grade.spec`. `check_hidden_dir` checks the whole folder
+before anything is graded.
 """
 from __future__ import annotations
 
@@ -18,20 +19,16 @@ import copy
 import hashlib
 import json
 import os
-import types
 import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .assignment import Assignment, SetupError, read_trusted, reference, run_tests_file
 from .child import decode, encode
-from .notebook import NotebookError, cell_tasks, parse_notebook
-from .public import CHAPTERS
 from .spec import Case, Task
 
-
-class SetupError(RuntimeError):
-    """The grader itself is misconfigured (solutions, hidden tests): nothing was graded."""
+__all__ = ["SetupError", "Prepared", "PreparedTask", "prepare", "fingerprint", "check_hidden_dir"]
 
 
 @dataclass
@@ -44,65 +41,58 @@ class PreparedTask:
 
 
 @dataclass
-class Chapter:
+class Prepared:
     name: str
     tasks: list = field(default_factory=list)   # [PreparedTask]
     seed: int = 0
-    inputs: dict = field(default_factory=dict)  # file -> sha256 of the bytes read (solution, hidden tests)
+    inputs: dict = field(default_factory=dict)  # file -> sha256 of the bytes read (master, tests, hidden)
+    titles: dict = field(default_factory=dict)  # language -> {task id: title}
 
     @property
     def points(self) -> float:
         return sum(p.task.points for p in self.tasks)
 
-
-def _read_once(path: str) -> tuple[bytes, str]:
-    """A trusted input's bytes, read once (never again from disk), and their sha256."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise SetupError(f"{path} could not be read: {e.strerror or e}") from None
-    return raw, hashlib.sha256(raw).hexdigest()
+    def title(self, task_id: str, lang: str = "en") -> str:
+        own = self.titles.get(lang) or next(iter(self.titles.values()), {})
+        return own.get(task_id) or next((t for d in self.titles.values() for k, t in d.items() if k == task_id),
+                                        task_id)
 
 
-def load_reference(solutions_dir: str, chapter: str, inputs: dict | None = None) -> dict:
-    """The solution notebook's graded functions, by name. `inputs` collects {path: sha256}."""
-    path = os.path.join(solutions_dir, chapter + ".ipynb")
-    if not os.path.exists(path):
-        raise SetupError(f"no solution notebook {path}: pass --solutions DIR (the folder with {chapter}.ipynb)")
-    raw, digest = _read_once(path)
-    if inputs is not None:
-        inputs[os.path.abspath(path)] = digest
-    try:
-        nb = parse_notebook(raw, path)
-    except NotebookError as e:
-        raise SetupError(str(e)) from None
-    ns: dict = {"__name__": f"solution_{chapter}"}
-    for cell in nb["cells"]:
-        if cell_tasks(cell):
-            exec(compile(cell["source"], f"{path}:{cell.get('id', '?')}", "exec"), ns)
-    missing = [t.function for t in CHAPTERS[chapter] if not callable(ns.get(t.function))]
-    if missing:
-        raise SetupError(f"{path} does not define {', '.join(missing)}")
-    return ns
-
-
-def load_hidden(hidden_dir: str | None, chapter: str, inputs: dict | None = None) -> dict:
-    if not hidden_dir:
+def check_hidden_dir(hidden_dir: str | None, names) -> dict:
+    """{assignment: path} of every hidden-test file, checked before any student is graded: the
+    folder exists and holds at least one file, every .py in it is named after an assignment,
+    and each one runs and defines CASES (or HIDDEN)."""
+    if hidden_dir is None:
         return {}
-    path = os.path.join(hidden_dir, chapter + ".py")
-    if not os.path.exists(path):
+    if not os.path.isdir(hidden_dir):
+        raise SetupError(f"--hidden {hidden_dir}: no such folder (a folder of <assignment>.py files)")
+    files = sorted(e for e in os.listdir(hidden_dir) if e.endswith(".py") and not e.startswith("."))
+    if not files:
+        raise SetupError(f"--hidden {hidden_dir} holds no <assignment>.py file: nothing hidden would be graded")
+    out = {}
+    for entry in files:
+        name = entry[:-3]
+        if name not in names:
+            raise SetupError(f"{os.path.join(hidden_dir, entry)} is named after no assignment "
+                             f"(known: {', '.join(sorted(names))}); rename it <assignment>.py")
+        path = out[name] = os.path.join(hidden_dir, entry)
+        try:
+            compile(read_trusted(path, 4 << 20), path, "exec")
+        except SyntaxError as e:
+            raise SetupError(f"{path}, line {e.lineno}: syntax error: {e.msg}") from None
+    return out
+
+
+def load_hidden(path: str | None, a: Assignment, inputs: dict | None = None) -> dict:
+    if not path:
         return {}
-    raw, digest = _read_once(path)
-    if inputs is not None:
-        inputs[os.path.abspath(path)] = digest
-    module = types.ModuleType(f"hidden_{chapter}")
-    module.__file__ = path
-    exec(compile(raw, path, "exec"), module.__dict__)
-    cases = getattr(module, "CASES", None)
-    known = {t.id for t in CHAPTERS[chapter]}
+    raw = read_trusted(path, 4 << 20, inputs)
+    names = run_tests_file(raw.decode("utf-8", "replace"), path)
+    cases = names.get("CASES", names.get("HIDDEN"))
+    known = {t.id for t in a.tasks}
     if not isinstance(cases, dict) or not set(cases) <= known:
-        raise SetupError(f"{path} must define CASES = {{task id: [Case, ...]}} with task ids among {sorted(known)}")
+        raise SetupError(f"{path} must define CASES = {{task id: [Case, ...]}} with task ids among "
+                         f"{', '.join(sorted(known))}")
     return cases
 
 
@@ -118,34 +108,54 @@ def task_rng(seed: int, task_id: str, hidden: bool = False) -> np.random.Generat
     return np.random.default_rng([seed, zlib.crc32(task_id.encode()), int(hidden)])
 
 
-def prepare(chapter: str, solutions_dir: str, hidden_dir: str | None = None, seed: int = 0) -> Chapter:
-    if chapter not in CHAPTERS:
-        raise SetupError(f"unknown exercise {chapter!r}; known: {', '.join(CHAPTERS)}")
-    out = Chapter(chapter, seed=seed)
-    ref = load_reference(solutions_dir, chapter, out.inputs)
-    hidden = load_hidden(hidden_dir, chapter, out.inputs)
-    for task in CHAPTERS[chapter]:
-        cases = [_as_case(c, task.id) for c in task.cases(task_rng(seed, task.id), ref)]
-        extra = hidden.get(task.id, [])
-        extra = extra(task_rng(seed, task.id, True), ref) if callable(extra) else extra
-        extra = [_as_case(c, f"hidden {task.id}") for c in extra]
-        expected, encoded = [], []
-        for case in cases + extra:
-            try:
-                value = ref[task.function](*copy.deepcopy(case.args), **copy.deepcopy(case.kwargs))
-                expected.append(decode(encode(value)))
-                encoded.append({"args": encode(list(case.args)),
-                                "kwargs": encode(case.kwargs) if case.kwargs else None})
-            except Exception as e:
-                raise SetupError(f"the reference {task.function} fails on case {case.label!r} of task "
-                                 f"{task.id}: {type(e).__name__}: {e}") from e
-        out.tasks.append(PreparedTask(task, cases + extra, len(cases), expected, encoded))
+def _cases(spec, rng, ref, where) -> list:
+    try:
+        made = spec(rng, ref) if callable(spec) else spec
+        return [_as_case(c, where) for c in made]
+    except SetupError:
+        raise
+    except Exception as e:
+        raise SetupError(f"{where}: making the cases failed: {type(e).__name__}: {e}") from e
+
+
+def expected_of(task: Task, ref: dict, case: Case):
+    """The reference answer of one case, as plain data decoded back (what a child's would be)."""
+    try:
+        value = ref[task.function](*copy.deepcopy(case.args), **copy.deepcopy(case.kwargs))
+        return decode(encode(value))
+    except Exception as e:
+        raise SetupError(f"the reference {task.function} fails on case {case.label!r} of task "
+                         f"{task.id}: {type(e).__name__}: {e}") from e
+
+
+def encode_case(case: Case) -> dict:
+    return {"args": encode(list(case.args)), "kwargs": encode(case.kwargs) if case.kwargs else None}
+
+
+def prepare(a: Assignment, seed: int = 0, hidden_file: str | None = None, public_only: bool = False) -> Prepared:
+    """Cases and expected outputs of every task for `seed`; `hidden_file`: the instructor's
+    extra hidden tests for this assignment; `public_only`: leave every hidden case out."""
+    out = Prepared(a.name, seed=seed, inputs=dict(a.inputs), titles=a.titles)
+    ref = reference(a)
+    extra = {} if public_only else load_hidden(hidden_file, a, out.inputs)
+    for task in a.tasks:
+        cases = _cases(task.cases, task_rng(seed, task.id), ref, f"{a.tests}: task {task.id}")
+        hidden = [] if public_only else _cases(a.hidden.get(task.id, []), task_rng(seed, task.id, True), ref,
+                                               f"{a.tests}: hidden tests of {task.id}")
+        if extra.get(task.id):
+            hidden += _cases(extra[task.id], task_rng(seed, task.id + "#extra", True), ref,
+                             f"{hidden_file}: task {task.id}")
+        if not cases:
+            raise SetupError(f"{a.tests}: task {task.id} has no public case")
+        expected = [expected_of(task, ref, c) for c in cases + hidden]
+        out.tasks.append(PreparedTask(task, cases + hidden, len(cases), expected,
+                                      [encode_case(c) for c in cases + hidden]))
     return out
 
 
-def fingerprint(chapter: Chapter) -> str:
+def fingerprint(p: Prepared) -> str:
     """Changes whenever the cases or expected outputs change (for resuming a class run)."""
-    h = hashlib.sha256(chapter.name.encode())
-    for p in chapter.tasks:
-        h.update(json.dumps([p.task.id, p.task.points, p.public, p.encoded, encode(p.expected)]).encode())
+    h = hashlib.sha256(p.name.encode())
+    for t in p.tasks:
+        h.update(json.dumps([t.task.id, t.task.points, t.public, t.encoded, encode(t.expected)]).encode())
     return h.hexdigest()[:16]

@@ -10,6 +10,7 @@ returns None when the answer is right, else one sentence in a learner's words.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -26,19 +27,52 @@ class Case:
     kwargs: dict = field(default_factory=dict)
 
 
+VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
+
+
 @dataclass
 class Task:
+    """One graded function of an assignment, as its tests file declares it.
+
+    `cases(rng, ref)` returns the public cases (fixed edge cases plus random ones drawn from
+    `rng`; `ref` maps the reference functions by name, for inputs built from another task's
+    answer); `compare(expected, got, args)` returns None or one sentence. `params` names the
+    arguments in messages (default: the reference function's own). `title` defaults to the
+    heading above the task's cell in the master notebook. `reveal=False` ships only hashes of
+    the public expected outputs to students (values rounded to `digits` significant digits)
+    and keeps every expected value out of feedback, for tasks whose output is the answer.
+    `visibility` is the Gradescope visibility of the hidden tests' result.
+
+        >>> Task("1.1", "double", 2, lambda rng, ref: [Case("one", (1,))], number()).points
+        2
+    """
     id: str                    # "03.1"
     function: str              # the name the learner must keep
     points: float
-    title: str
-    cases: Callable[[np.random.Generator], list]   # rng -> [Case]
+    cases: Callable[[np.random.Generator, dict], list]   # (rng, reference functions) -> [Case]
     compare: Callable[[Any, Any, tuple], "str | None"]
     params: tuple = ()         # argument names, for messages
+    title: str = ""
+    reveal: bool = True
+    digits: int = 6
+    visibility: str = "after_due_date"
 
     def __post_init__(self):
-        if self.points <= 0:
-            raise ValueError(f"task {self.id}: points must be > 0")
+        if not isinstance(self.id, str) or not re.fullmatch(r"[A-Za-z0-9][\w.-]{0,39}", self.id):
+            raise ValueError(f"task id {self.id!r}: use letters, digits, '.', '_' or '-' (e.g. '03.1')")
+        if not isinstance(self.function, str) or not self.function.isidentifier():
+            raise ValueError(f"task {self.id}: function must be a Python name, not {self.function!r}")
+        if isinstance(self.points, bool) or not isinstance(self.points, (int, float)) \
+                or not (0 < self.points < float("inf")):
+            raise ValueError(f"task {self.id}: points must be a number > 0, not {self.points!r}")
+        if not callable(self.cases) or not callable(self.compare):
+            raise TypeError(f"task {self.id}: cases and compare must be functions")
+        if self.visibility not in VISIBILITIES:
+            raise ValueError(f"task {self.id}: visibility must be one of {', '.join(VISIBILITIES)}, "
+                             f"not {self.visibility!r}")
+        if not isinstance(self.digits, int) or not 1 <= self.digits <= 15:
+            raise ValueError(f"task {self.id}: digits must be an int from 1 to 15")
+        self.params = tuple(self.params)
 
 
 # --- showing values in messages ---------------------------------------------------------

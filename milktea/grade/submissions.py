@@ -16,7 +16,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-from .notebook import MAX_FILE_BYTES, NotebookError, chapter_of, parse_notebook
+from .notebook import MAX_FILE_BYTES, NotebookError, assignment_of, parse_notebook
 
 MAX_DEPTH = 6          # folder levels searched below a student's folder
 MAX_ENTRIES = 2000     # names looked at inside one student's folder, all levels together
@@ -183,7 +183,7 @@ def _scan_student(root_fd: int, entry: str, student: Student, known, forced):
         return path.rsplit("/", 1)[-1]
     found.sort(key=lambda f: (base(f[0])[:-6] not in known, f[0].count("/"), f[0]))
     for path, sub in found:
-        ch = forced or chapter_of(base(path), sub.nb, known)
+        ch = forced or assignment_of(base(path), sub.nb, known)
         if ch is None:
             student.note(f"{path}: not one of the exercises, ignored" + (f" ({sub.error})" if sub.error else ""))
         elif ch in student.files:
@@ -224,7 +224,7 @@ def find_submissions(root: str, known, chapter: str | None = None) -> tuple[dict
                     st.note(f"{name}: refused, it is {_what(mode)}; only regular files are graded")
                     continue
                 sub = _load(root_fd, e.name, name)
-                ch = chapter or chapter_of("", sub.nb, known)
+                ch = chapter or assignment_of("", sub.nb, known)
                 if ch in st.files:
                     st.note(f"{name}: a second notebook for {ch}, ignored")
                 else:
