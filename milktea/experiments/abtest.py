@@ -86,7 +86,7 @@ def ab_verdict(comparison) -> str:
     text += " " + _("The crosses mark the calibrated cost model's prediction from the bytes each scheme really "
                     "sent plus its measured compute and codec time. Where a compressed scheme is slower than its "
                     "bytes suggest, look at its codec time: on a CPU, compressing can cost as much as the link saves.")
-    return text
+    return verdicts.tidy(text)
 
 
 def model_errors(comparison) -> list[dict]:
@@ -136,7 +136,7 @@ def model_error_sentence(comparison, tolerance: float = 0.2) -> str:
                         "outside them is work the codec timer does not cover, such as the hook's own Python. A "
                         "negative part is time the model priced that the run did not spend. Read the predictions as "
                         "a guide to where time goes, not as a stopwatch.")
-    return text
+    return verdicts.tidy(text)
 
 
 def behind_dense(comparison, points: float = 5.0) -> str:
@@ -146,10 +146,10 @@ def behind_dense(comparison, points: float = 5.0) -> str:
     behind = [r for r in rows[1:] if verdicts.gap(r.get("accuracy"), dense["accuracy"], dense["label"],
                                                   points / 100).kind == "behind"]
     if not behind:
-        return ""
+        return verdicts.tidy("")
     names = ", ".join(f"{r['label']} ({verdicts.gap(r['accuracy'], dense['accuracy'], 'dense')})" for r in behind)
-    return _("More than {points:g} points behind dense after {steps} steps: {names}.").format(
-        points=points, steps=comparison.config["steps"], names=names)
+    return verdicts.tidy(_("More than {points:g} points behind dense after {steps} steps: {names}.").format(
+        points=points, steps=comparison.config["steps"], names=names))
 
 
 def crossing_lines(gbits, curves: dict) -> list[str]:
@@ -192,9 +192,9 @@ def loopback_verdict(fast, slow) -> str:
     text += " " + _("Slower than dense here: {slower}; faster: {faster}; the rest within the run's noise.").format(
         slower=", ".join(slower) or _("none"), faster=", ".join(faster) or _("none"))
     if len(slower) == len(rows) - 1:
-        return text + " " + _("When the link is not the bottleneck, the best compressor is none.")
+        return verdicts.tidy(text + " " + _("When the link is not the bottleneck, the best compressor is none."))
     if faster:
         text += " " + _("Even loopback is not free on a busy CPU (the bytes are copied through the kernel), so a "
                         "scheme with a cheap codec can still win a little here; the re-priced curves above show a "
                         "link that is really fast.")
-    return text
+    return verdicts.tidy(text)

@@ -19,6 +19,8 @@ import torch
 
 from .. import cost
 from ..checks import check_grad
+from ..i18n import _
+from . import verdicts
 from ..compressors import (Cast, Chain, Compressor, Identity, PowerSGD, Quantize, RandomK, Sign,
                            Sparsifier, TopK)
 from ..compressors.quantize import QSGD
@@ -115,6 +117,34 @@ def tradeoff(tensor: torch.Tensor, ratios=(0.3, 0.1, 0.03, 0.01, 0.003, 0.001),
             "Random-K": [measure(RandomK(r), tensor) for r in ratios],
             "quantize": [measure(Quantize(b), tensor) for b in bits] + [measure(Sign(), tensor)],
             "Top-K + int8": [measure(Chain(TopK(r), Quantize(8)), tensor) for r in ratios]}
+
+
+def stacking_sentence(top: Measurement, stacked: Measurement, barely: float = 0.05) -> str:
+    """What stacking int8 on Top-K did, from the two measurements: the extra ratio (less than
+    int8's own 4x where positions and the header stay) and the error, which "barely moves"
+    only when it grew by at most `barely` (relative).
+
+    >>> a = Measurement("top1%", "sparsify", 800, 40_000, 0.6, 0.8, 0.64)
+    >>> b = Measurement("top1%+int8", "both", 500, 40_000, 0.6003, 0.8, 0.64)
+    >>> stacking_sentence(a, b).endswith("int8's rounding is small next to what Top-K drops.")
+    True
+    """
+    gain = stacked.ratio / top.ratio
+    text = _("Stacking takes {top} from R = {r1:.1f} to **{stacked}** at R = {r2:.1f}: {gain:.2f}x more").format(
+        top=top.name, r1=top.ratio, stacked=stacked.name, r2=stacked.ratio, gain=gain)
+    if gain < 4:
+        text += _(", not the 4x that int8 gives on its own, because only the *values* shrink to a quarter: the "
+                  "positions and the header stay.")
+    else:
+        text += "."
+    grew = stacked.rel_error - top.rel_error
+    if grew <= barely * top.rel_error:
+        text += " " + _("The error barely moves ({a:.3f} to {b:.3f}): int8's rounding is small next to what Top-K "
+                        "drops.").format(a=top.rel_error, b=stacked.rel_error)
+    else:
+        text += " " + _("The error grows from {a:.3f} to {b:.3f}: int8's rounding adds to what Top-K drops.").format(
+            a=top.rel_error, b=stacked.rel_error)
+    return verdicts.tidy(text)
 
 
 def exchange_times(dense_bytes: float, ratio: float, workers, link: cost.Link) -> dict:

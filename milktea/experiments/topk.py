@@ -20,6 +20,8 @@ from .. import index as index_codec
 from ..checks import check_grad, check_k, check_ratio
 from ..compressors import TopK
 from ..device import pick_device
+from ..i18n import _
+from . import verdicts
 from ..timing import median, time_it
 
 
@@ -62,6 +64,7 @@ class SelectionTiming:
     threads: int
     times: dict[str, list[float]] = field(default_factory=dict)
     counts: dict[str, list[int]] = field(default_factory=dict)
+    noise: dict[str, list[float]] = field(default_factory=dict)   # relative spread of the repeats
 
     def speedup(self, name: str, over: str = "full sort") -> list[float]:
         return [a / b for a, b in zip(self.times[over], self.times[name])]
@@ -101,8 +104,58 @@ def time_selection(sizes=(10_000, 100_000, 1_000_000), density: float = 0.01, re
             out = fn(x)   # the warm-up call; its count is reported
             ts = time_it(lambda fn=fn, x=x: fn(x), repeat=repeats, warmup=0, sync=sync)
             res.times.setdefault(name, []).append(median(ts))
+            res.noise.setdefault(name, []).append(verdicts.noise_of(ts, floor=0.02))
             res.counts.setdefault(name, []).append(int(out.numel()))
     return res
+
+
+def selection_verdict(timing: SelectionTiming) -> str:
+    """The race at the largest size, in words: the fastest selector and its lead (a tie when
+    the two best are within their repeats' noise), how full sort compares with the fastest,
+    and the sampled threshold's count against K."""
+    n = timing.sizes[-1]
+    last = {name: t[-1] for name, t in timing.times.items()}
+    order = sorted(last, key=last.get)
+    noise = max(timing.noise[name][-1] for name in order[:2]) if len(order) > 1 else 0.0
+    best = verdicts.winner(last, noise, fmt=lambda t: f"{t * 1e3:.3g} ms")
+    text = _("At n = {n:,} on {device}: {best}.").format(n=n, device=timing.device, best=best)
+    if "full sort" in last and order[0] != "full sort":
+        said = verdicts.compare_speed("full sort", last["full sort"], order[0], last[order[0]],
+                                      max(timing.noise["full sort"][-1], timing.noise[order[0]][-1]))
+        text += " " + _("Against the fastest: {said}.").format(said=said)
+    if "sampled threshold" in timing.counts and "torch.topk" in timing.counts:
+        text += " " + _("The sampled threshold returned {got:,} entries for K = {k:,}.").format(
+            got=timing.counts["sampled threshold"][-1], k=timing.counts["torch.topk"][-1])
+    return verdicts.tidy(text)
+
+
+def seed_claim_sentence(rows: list[dict]) -> str:
+    """The seed's "K between 0.1% and 10% cuts traffic 10-100x" against the real packets of
+    `index_cost` rows (the rows nearest 10% and 0.1% density)."""
+    def near(d):
+        return min(rows, key=lambda row: abs(row["density"] - d))["R"]
+    lo, hi = near(0.1), near(0.001)
+    at_lo, at_hi = verdicts.within(lo, 10, 100), verdicts.within(hi, 10, 100)
+    text = _("The seed says that keeping K between {a:.1%} and {b:.0%} of the entries, positions sent along, cuts "
+             "traffic 10-100x.").format(a=0.001, b=0.1) + " "
+    text += _("Measured on real packets: **{lo:.1f}x** when {b:.0%} are kept ({lo_said}) and **{hi:.0f}x** when "
+              "{a:.1%} are kept ({hi_said}).").format(lo=lo, lo_said=_describe(at_lo), hi=hi, hi_said=_describe(at_hi),
+                                                      a=0.001, b=0.1)
+    if at_lo.kind == "below":
+        text += " " + _("At 10% the positions cost bytes on top of the values.")
+    if at_hi.kind == "above":
+        text += " " + _("At 0.1% the packet shrinks with K while the dense gradient does not.")
+    if lo > 10 / 3 and hi < 300:
+        text += " " + _("So the claim is the right order of magnitude.")
+    else:
+        text += " " + _("So the claim is off by more than a factor of 3 at one end.")
+    return verdicts.tidy(text + " " + _("At very small K the header starts to count. Chapter 06 returns to index encodings "
+                          "(block-sparse, the 1-byte deltas of the exercise)."))
+
+
+def _describe(said) -> str:
+    return {"below": _("below the claimed 10-100x"), "above": _("beyond the claimed 10-100x"),
+            "inside": _("inside the claimed 10-100x")}.get(said.kind, str(said))
 
 
 def _topk_indices(tensor: torch.Tensor, k: int) -> torch.Tensor:
@@ -153,15 +206,45 @@ def share_at(tensor: torch.Tensor, densities) -> dict[float, float]:
     return {d: float(share[max(1, int(round(check_ratio(d) * n))) - 1]) for d in densities}
 
 
-def randomk_energy(tensor: torch.Tensor, density: float, trials: int = 20, seed: int = 0) -> float:
-    """Mean share of ||g||^2 that Random-K keeps (measured over `trials` draws; about s)."""
+def randomk_shares(tensor: torch.Tensor, density: float, trials: int = 20, seed: int = 0) -> list[float]:
+    """The share of ||g||^2 that Random-K keeps, one value per draw (its expectation is s)."""
     g = check_grad(tensor).reshape(-1).double()
     n = g.numel()
     k = max(1, int(round(check_ratio(density) * n)))
     gen = torch.Generator().manual_seed(seed)
     total = float(g.pow(2).sum())
-    return float(np.mean([float(g[torch.randperm(n, generator=gen)[:k]].pow(2).sum()) / total
-                          for _ in range(trials)]))
+    return [float(g[torch.randperm(n, generator=gen)[:k]].pow(2).sum()) / total for _draw in range(trials)]
+
+
+def randomk_energy(tensor: torch.Tensor, density: float, trials: int = 20, seed: int = 0) -> float:
+    """Mean share of ||g||^2 that Random-K keeps (measured over `trials` draws; about s)."""
+    return float(np.mean(randomk_shares(tensor, density, trials, seed)))
+
+
+def randomk_sentence(tensor: torch.Tensor, density: float, trials: int = 20, seed: int = 0) -> str:
+    """Random-K's measured share of the norm against its expectation s. The standard error of
+    the mean of `trials` draws is computed exactly from the tensor (sampling k of n without
+    replacement), not estimated from the draws, which are skewed: most of them miss the few
+    largest entries. The gap is called sampling noise only when it is within two of them."""
+    shares = randomk_shares(tensor, density, trials, seed)
+    mean = float(np.mean(shares))
+    g = check_grad(tensor).reshape(-1).double()
+    n = g.numel()
+    k = max(1, int(round(check_ratio(density) * n)))
+    w = g.pow(2) / g.pow(2).sum()
+    var_one = k * (1 - k / n) * float((w - 1 / n).pow(2).mean()) * n / max(n - 1, 1)
+    se = (var_one / len(shares)) ** 0.5
+    expected = k / n
+    text = _("Random-K at {s:.0%} keeps {mean:.2%} of the squared norm averaged over {n} draws; its expectation is "
+             "exactly {s:.0%}, and the standard error of such an average is {se:.2%} (computed from the gradient's "
+             "entries).").format(s=expected, mean=mean, n=len(shares), se=se)
+    if abs(mean - expected) <= 2 * se:
+        text += " " + _("The gap is within two standard errors: sampling noise. With {k} entries per draw, a handful "
+                        "of large entries in or out of the sample moves the share a lot.").format(k=k)
+    else:
+        text += " " + _("The gap is larger than two standard errors: more draws would show whether the sampling "
+                        "is skewed.")
+    return verdicts.tidy(text)
 
 
 def averaged_error(tensor: torch.Tensor, density: float, draws=(1, 4, 16, 64), seed: int = 0) -> dict:

@@ -25,12 +25,14 @@ milktea.i18n) with `.kind`, the verdict it states, for code that branches on it:
 from __future__ import annotations
 
 import math
+import re
 from typing import Callable, Iterable
 
-from ..i18n import N_, _
+from ..i18n import N_, _, language
 
 UNITS = (N_("points"), N_("ms"), N_("s"))   # units the sentences name, for the catalog
 
+_CJK_GAP = re.compile(r"(?<=[\u4e00-\u9fff])[ ]+(?=[\u4e00-\u9fff])")
 # two-sided 95% quantiles of Student's t, by degrees of freedom (1..10); 2.0 beyond
 _T95 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23)
 
@@ -41,9 +43,25 @@ class Said(str):
     kind: str
 
     def __new__(cls, text: str, kind: str):
+        text = tidy(text)            # a name filled into a template may be Chinese: no space between CJK
         obj = super().__new__(cls, text)
         obj.kind = kind
         return obj
+
+
+_FULL_WIDTH_GAP = re.compile(r"(?<=[。；：，！？）])[ ]+")
+
+
+def tidy(text: str) -> str:
+    """Sentences joined with spaces, as English wants them; in Chinese no space follows a
+    full-width punctuation mark or separates two CJK characters (d2l-zh's convention).
+
+    >>> tidy("One. Two.")
+    'One. Two.'
+    """
+    if language() != "zh":
+        return text
+    return _CJK_GAP.sub("", _FULL_WIDTH_GAP.sub("", text))
 
 
 def missing(x) -> bool:
