@@ -14,7 +14,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import milktea.ddp
 from milktea import TopK
-from milktea.gpt import CharGPT
+from milktea.tasks import CharGPT
 
 if "RANK" in os.environ:                             # under torchrun: it set RANK, WORLD_SIZE, ...
     dist.init_process_group("gloo")

@@ -18,14 +18,15 @@ __version__ = "0.1.0"
 # public name -> the module (relative to milktea) that defines it
 _WHERE = {
     **dict.fromkeys(["Compressor", "Identity", "TopK", "RandomK", "Quantize", "QSGD", "TernGrad",
-                     "Sign", "Cast", "PowerSGD", "Chain"], "compressors"),
-    **dict.fromkeys(["Link", "Timeline", "allgather_time", "calibrate", "collective_for",
+                     "Sign", "Cast", "PowerSGD", "Chain", "decode", "register_codec"], "compressors"),
+    **dict.fromkeys(["Link", "Timeline", "allgather_time", "calibrate",
                      "comm_time", "gradient_bytes", "iteration_time", "overlapped_timeline",
                      "parameter_server_time", "ring_allreduce_bytes", "ring_allreduce_time",
                      "scissors", "step_time", "waiting_fraction"], "cost"),
     "pick_device": "device",
+    "collective_for": "distributed.protocols",
     **dict.fromkeys(["ErrorFeedback", "DGC", "warmup_ratio"], "feedback"),
-    **dict.fromkeys(["Packet", "decode"], "packet"),
+    "Packet": "packet",
     **dict.fromkeys(["History", "SeedDemo", "seed_demo", "simulate"], "simulate"),
     **dict.fromkeys(["Digits", "Quadratic", "Task"], "tasks"),
     "ddp": "ddp",  # the module itself: milktea.ddp.compress (DDP communication hooks)

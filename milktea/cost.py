@@ -181,15 +181,6 @@ def comm_time(nbytes, workers: int, link: Link, collective: str = "allreduce", s
     raise ValueError(f"collective must be one of {COLLECTIVES}, got {collective!r}")
 
 
-def collective_for(compressor) -> str:
-    """The collective that moves a compressor's packets, from the protocol it declares
-    (`compressor.protocol`): "allreduce" when the workers' packets can be summed on the wire
-    (no compressor, fp16/bf16 casts, PowerSGD's factors), "allgather" otherwise (sparse and
-    quantized packets differ from worker to worker)."""
-    from milktea.distributed import protocols
-    return protocols.get(protocols.protocol_of(compressor)).collective
-
-
 def iteration_time(compute, comm, *, overlap: bool = False, buckets: int | None = None) -> float:
     """One training step: compute then communicate (compute + comm), or with `overlap` the
     communication hides behind the backward pass. With `buckets` equal buckets the last

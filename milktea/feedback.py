@@ -17,7 +17,7 @@ import torch
 
 from .checks import check_grad, check_int, check_number, check_ratio
 from .compressors import Compressor, TopK
-from .compressors.base import PIECE
+from .compressors.wire import PIECE
 from .packet import Packet
 
 

@@ -1,17 +1,14 @@
-"""A small character-level GPT on Python source text: a transformer task for the simulator,
-DDP training and the comparisons, beside the digits MLP.
+"""A small character-level GPT on Python source text, and its corpus: the model behind the
+transformer task (`milktea.tasks.CharGPT`) of the simulator, DDP training and the comparisons.
 
 The corpus ships with every Python: a fixed list of standard-library modules' source files.
 Where a distribution strips those sources, the text falls back to milktea's own `.py` files
 (they ship wherever milktea can be imported; see `load_corpus`).
 
-    >>> task = CharGPT(seed=0)                    # 2 layers, 96 wide, 32 characters of context
-    >>> model = task.model()
-    >>> x, y = task.shard(rank=0, workers=8)      # windows of 32 characters, y = x shifted by one
+    >>> model = GPT(GPTConfig(VOCAB, block=32, n_layer=2, n_head=4, n_embd=96))
+    >>> x, y = windows(encode(load_corpus().val), 32)   # windows of 32 characters, y = x shifted by one
     >>> tuple(x.shape[1:]), tuple(model(x[:4]).shape)
     ((32,), (4, 32, 98))
-    >>> sorted(task.evaluate(model))              # next-character loss on the held-out text
-    ['accuracy', 'loss', 'perplexity']
 
 The model follows nanoGPT: token + position embeddings, pre-LayerNorm blocks of causal
 self-attention and a GELU MLP, a final LayerNorm and an untied output layer. Its attention
@@ -33,7 +30,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from .checks import check_int, check_number
-from .tasks import Task, _check_dtype, _seeded_init
 
 # Long-lived pure-Python modules (present from 3.8 to 3.13 at least), read in this order.
 STDLIB_FILES = ("abc.py", "bisect.py", "calendar.py", "colorsys.py", "contextlib.py", "copy.py", "csv.py",
@@ -290,68 +286,3 @@ def sample(model: GPT, prompt: str = "def ", length: int = 80, temperature: floa
             nxt = torch.multinomial((logits / temperature).softmax(-1), 1, generator=gen)[0]
         idx = torch.cat([idx, nxt.to(idx.device).view(1, 1)], dim=1)
     return decode(idx[0])
-
-
-# --- the task ----------------------------------------------------------------------------
-class CharGPT(Task):
-    """Next-character prediction on Python source (see `load_corpus`) with `GPT`.
-
-    Examples are non-overlapping windows of `block` characters; the training windows are
-    shuffled (by `seed`) and dealt out to the workers. `loss` is each window's mean
-    cross-entropy; `evaluate` reports the held-out loss (nats per character), its
-    perplexity exp(loss), and the share of characters predicted exactly ("accuracy").
-
-    >>> CharGPT().model()                  # the text's size depends on the Python version
-    GPT(layers=2, heads=4, width=96, context=32, params=245,760)
-    """
-    name = "gpt"
-
-    def __init__(self, *, n_layer: int = 2, n_head: int = 4, n_embd: int = 96, block: int = 32, seed: int = 0,
-                 source: str = "auto", max_val_windows: int | None = 256, dtype: torch.dtype = torch.float32):
-        self.cfg = GPTConfig(VOCAB, block, n_layer, n_head, n_embd)
-        self.seed = check_int(seed, "seed", 0)
-        self.dtype = _check_dtype(dtype)
-        self.corpus = load_corpus(source)
-        self.x_train, self.y_train = windows(encode(self.corpus.train), block)
-        self.x_val, self.y_val = windows(encode(self.corpus.val), block)
-        if max_val_windows is not None:       # evaluation in well under a second on a laptop
-            check_int(max_val_windows, "max_val_windows", 1)
-            self.x_val, self.y_val = self.x_val[:max_val_windows], self.y_val[:max_val_windows]
-
-    def model(self) -> nn.Module:
-        return _seeded_init(self.seed, lambda: GPT(self.cfg)).to(self.dtype)
-
-    def shards(self, workers: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        workers = check_int(workers, "workers", 1)
-        n = len(self.y_train)
-        if workers > n:
-            raise ValueError(f"workers must be <= {n} (one training window each at least), got {workers}")
-        order = np.random.RandomState(self.seed).permutation(n)
-        return [(self.x_train[p], self.y_train[p]) for p in np.array_split(order, workers)]
-
-    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        # output [B, T, vocab], target [B, T] -> [B]: each window's mean over its characters
-        per_char = F.cross_entropy(output.flatten(0, 1), target.flatten(), reduction="none")
-        return per_char.view(target.shape).mean(-1)
-
-    @torch.no_grad()
-    def evaluate(self, model: nn.Module, split: str = "val", chunk: int = 256) -> dict[str, float]:
-        if split not in ("val", "train"):
-            raise ValueError(f"split must be 'val' or 'train', got {split!r}")
-        x, y = (self.x_val, self.y_val) if split == "val" else (self.x_train, self.y_train)
-        dev = next(model.parameters()).device
-        total = hits = 0.0
-        for i in range(0, len(y), chunk):
-            out = model(x[i:i + chunk].to(dev))
-            yb = y[i:i + chunk].to(dev)
-            total += F.cross_entropy(out.flatten(0, 1).double(), yb.flatten(), reduction="sum").item()
-            hits += (out.argmax(-1) == yb).sum().item()
-        loss = total / y.numel()
-        perplexity = math.exp(loss) if loss < 700 else math.inf    # a diverged model's loss overflows exp
-        return {"loss": loss, "perplexity": perplexity, "accuracy": hits / y.numel()}
-
-    def __repr__(self) -> str:
-        c = self.cfg
-        n = sum(p.numel() for p in GPT(c).parameters())
-        return (f"CharGPT({self.corpus.source}, layers={c.n_layer}, width={c.n_embd}, context={c.block}, "
-                f"params={n:,}, train {len(self.y_train):,} windows, val {len(self.y_val)}, seed={self.seed})")

@@ -9,18 +9,17 @@ Layout (all integers are LEB128 varints unless noted)::
 `packet.nbytes` is the length of that byte string, header included, computed
 without building it; tests check it equals ``len(packet.to_bytes())``.
 
-This module knows the wire format only. What the bytes of a codec mean is told by
-the module that defines the codec, through :func:`register_codec` (a compressor in
-your own file can register one too). Bytes from the wire are hostile: every
-decoder checks every size and parameter against the bytes present before it
-allocates anything, and a header may not declare more elements than its payload
-can stand for (:meth:`Packet.check_size`).
+This module is the wire format and nothing else: the header, and which header byte
+stands for which codec (the library's codecs have fixed ids below 64, `LIBRARY_CODECS`;
+a codec of your own claims one from 64 to 255). What a codec's bytes mean is told by
+the module that defines it, through :func:`milktea.compressors.register_codec`. Bytes
+from the wire are hostile: a header may not declare more elements than its payload can
+stand for (:meth:`Packet.check_size`), and every decoder checks every size and parameter
+against the bytes present before it allocates anything.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
-
 import torch
 
 MAGIC = b"MT"
@@ -37,194 +36,95 @@ _DTYPE_OF = {v: k for k, v in DTYPES.items()}
 
 
 @dataclass(frozen=True)
-class Codec:
-    """How one codec's packets are read: its wire id, decoder and size rule.
-
-    decode(packet, out=None) -> tensor, with `out` (when given) checked by the caller.
-    expansion: the most elements one payload byte may stand for (8 for one bit per
-        element; SPARSE_EXPANSION for index/value packets); headers that declare more
-        are refused before anything is allocated.
-    add(packet, out, alpha): optional fused ``out += alpha * decode(packet)`` that
-        needs no full-size temporary (see :func:`decode_add`).
-    sparse(packet) -> (indices, values): optional, for codecs whose packets touch only
-        the flat positions they list (every size checked); :func:`decode_mean` then
-        divides only those entries, not the whole tensor.
-    add_divide(packet, out, count) -> bool: optional ``out = (out + decode(packet)) /
-        count`` in one pass, for a mean's last packet, with the bits of the add then the
-        division; False where it cannot (the caller adds, then divides).
-    """
+class CodecId:
+    """A codec's place in the wire format: its `name`, the header byte `id` that says it,
+    and `expansion`, the most elements one payload byte may stand for (8 for one bit per
+    element; SPARSE_EXPANSION for index/value packets): a header that declares more is
+    refused before anything is allocated (:meth:`Packet.check_size`)."""
     name: str
     id: int
-    decode: Callable
     expansion: float
-    add: Callable | None = None
-    sparse: Callable | None = None
-    add_divide: Callable | None = None
 
     def __repr__(self) -> str:
-        return f"Codec({self.name!r}, id={self.id}, expansion={self.expansion:g})"
+        return f"CodecId({self.name!r}, id={self.id}, expansion={self.expansion:g})"
 
 
-_BY_NAME: dict[str, Codec] = {}
-_BY_ID: dict[int, Codec] = {}
-#: name -> wire id of every registered codec (read only; use register_codec).
-CODECS: dict[str, int] = {}
+#: Header bytes below this belong to the library's codecs; a codec of your own takes one
+#: from FIRST_USER_ID to 255 (see milktea.compressors.register_codec).
+FIRST_USER_ID = 64
+
+#: The library's codecs: their header bytes and size bounds, fixed by the format itself,
+#: so that reading a packet never depends on which modules happen to be imported.
+LIBRARY_CODECS: dict[str, CodecId] = {c.name: c for c in (
+    CodecId("dense", 0, 1.0),                    # every value in the tensor's dtype
+    CodecId("topk", 1, SPARSE_EXPANSION),        # indices + values
+    CodecId("randomk", 2, SPARSE_EXPANSION),     # a seed + values
+    CodecId("quant", 3, 4.0),                    # 2-bit codes at the least
+    CodecId("qsgd", 4, 4.0),
+    CodecId("terngrad", 5, 4.0),
+    CodecId("sign", 6, 8.0),                     # one bit per entry
+    CodecId("cast", 7, 0.5),                     # two bytes per entry
+    CodecId("powersgd", 8, 1 << 16),             # P and Q of a rank >= 1 factorisation
+    CodecId("chain", 9, SPARSE_EXPANSION),       # a sparse packet with its values compressed
+)}
+
+_BY_NAME: dict[str, CodecId] = dict(LIBRARY_CODECS)
+_BY_ID: dict[int, CodecId] = {c.id: c for c in LIBRARY_CODECS.values()}
+#: name -> header byte of every codec the format knows (read only; see claim_id).
+CODECS: dict[str, int] = {c.name: c.id for c in LIBRARY_CODECS.values()}
 
 
-def register_codec(name: str, id: int, decode: Callable, *, expansion: float,
-                   add: Callable | None = None, sparse: Callable | None = None,
-                   add_divide: Callable | None = None) -> Codec:
-    """Make `name` a codec: packets with wire id `id` are read by `decode`.
+def claim_id(name: str, id: int, expansion: float) -> CodecId:
+    """Give a codec of your own (`name`) the header byte `id` (64 to 255) and its size bound.
 
-    Library codecs use ids below 64; pick one from 64 to 255 for your own. Registering
-    the same name with the same id again replaces the functions (module reloads);
-    a name or id already taken by another codec is refused.
+    Called by :func:`milktea.compressors.register_codec`, which also says how the bytes
+    are decoded. Claiming the same name with the same id again replaces the bound (a
+    module reloaded); a library name, a library id, or an id or name taken by another
+    codec is refused.
 
-    >>> register_codec("dense", 0, lambda p, out=None: None, expansion=1.0)   # doctest: +SKIP
+    >>> claim_id("mine", 3, expansion=1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: codec ids 0 to 63 are the library's (3 is 'quant'); give 'mine' an id from 64 to 255, e.g. 64
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"a codec name is a non-empty str, got {name!r}")
     if isinstance(id, bool) or not isinstance(id, int) or not 0 <= id <= 255:
         raise ValueError(f"a codec id is an int in [0, 255] (one header byte), got {id!r}")
-    if not callable(decode) or any(f is not None and not callable(f) for f in (add, sparse, add_divide)):
-        raise TypeError("decode (and add, sparse and add_divide, if given) must be callables")
-    if not (isinstance(expansion, (int, float)) and 0 < expansion <= SPARSE_EXPANSION):
+    if not (isinstance(expansion, (int, float)) and not isinstance(expansion, bool)
+            and 0 < expansion <= SPARSE_EXPANSION):
         raise ValueError(f"expansion must be in (0, {SPARSE_EXPANSION}] elements per payload byte, "
                          f"got {expansion!r}")
+    free = [i for i in range(FIRST_USER_ID, 256) if i not in _BY_ID]
+    if name in LIBRARY_CODECS:
+        raise ValueError(f"{name!r} is one of the library's codecs; give yours another name")
+    if id < FIRST_USER_ID:
+        held = f" ({id} is {_BY_ID[id].name!r})" if id in _BY_ID else ""
+        raise ValueError(f"codec ids 0 to {FIRST_USER_ID - 1} are the library's{held}; give {name!r} an id "
+                         f"from {FIRST_USER_ID} to 255, e.g. {free[0] if free else 'none is free'}")
     old = _BY_NAME.get(name)
     if old is not None and old.id != id:
         raise ValueError(f"codec {name!r} already has id {old.id}; it cannot also have id {id}")
     taken = _BY_ID.get(id)
     if taken is not None and taken.name != name:
-        raise ValueError(f"codec id {id} is taken by {taken.name!r}; free ids: "
-                         f"{[i for i in range(64, 256) if i not in _BY_ID][:8]}...")
-    codec = Codec(name, id, decode, float(expansion), add, sparse, add_divide)
+        raise ValueError(f"codec id {id} is taken by {taken.name!r}; free ids: {free[:8]}...")
+    codec = CodecId(name, id, float(expansion))
     _BY_NAME[name] = _BY_ID[id] = codec
     CODECS[name] = id
     return codec
 
 
-def _load_library_codecs() -> None:
-    # The library's compressor modules register their codecs when imported. `import milktea`
-    # is lazy, so a process that only reads packets may not have imported them yet: do it on
-    # the first lookup that misses (a call-time import: packet.py itself depends on nothing).
-    import milktea.compressors  # noqa: F401
+def codec_id(name: str) -> CodecId:
+    """The wire identity of the codec called `name` (ValueError naming the known ones otherwise).
 
-
-def get_codec(name: str) -> Codec:
-    """The registered codec called `name` (ValueError naming the known ones otherwise)."""
+    >>> codec_id("sign")
+    CodecId('sign', id=6, expansion=8)
+    """
     codec = _BY_NAME.get(name)
     if codec is None:
-        _load_library_codecs()
-        codec = _BY_NAME.get(name)
-    if codec is None:
         raise ValueError(f"unknown codec {name!r}; known: {sorted(_BY_NAME)} "
-                         f"(a compressor module registers its codec with register_codec)")
+                         f"(a codec of your own is registered with milktea.compressors.register_codec)")
     return codec
-
-
-def decode(packet: "Packet", out: torch.Tensor | None = None) -> torch.Tensor:
-    """Turn any packet back into a tensor; the packet alone says how."""
-    if not isinstance(packet, Packet):
-        raise TypeError(f"decode needs a Packet, got {type(packet).__name__}")
-    packet.check_size()
-    if out is not None:
-        _check_out(packet, out, same_dtype=True)
-    return get_codec(packet.codec).decode(packet, out=out)
-
-
-def decode_add(packet: "Packet", out: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
-    """out += alpha * decode(packet), in place, without a full-size temporary where the
-    codec has a fused path. `out` may have any float dtype (e.g. a float32 ledger for a
-    bfloat16 packet); returns `out`.
-
-    >>> import milktea
-    >>> acc = torch.zeros(4)
-    >>> p = milktea.TopK(k=1).compress(torch.tensor([0.0, 2.0, 0.0, 1.0]))
-    >>> decode_add(p, acc, alpha=0.5)
-    tensor([0., 1., 0., 0.])
-    """
-    if not isinstance(packet, Packet):
-        raise TypeError(f"decode_add needs a Packet, got {type(packet).__name__}")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
-        raise TypeError(f"alpha must be a number, got {alpha!r}")
-    packet.check_size()
-    _check_out(packet, out, same_dtype=False)
-    codec = get_codec(packet.codec)
-    if codec.add is not None:
-        codec.add(packet, out, float(alpha))
-    else:
-        out.add_(codec.decode(packet, out=None).to(out.dtype), alpha=alpha)
-    return out
-
-
-def decode_mean(packets: "Sequence[Packet]", out: torch.Tensor, zeroed: bool = False) -> torch.Tensor:
-    """out = the mean of the decoded packets, in place: packet 0 decoded into out, the
-    others added in order, divided by their count (what an all-gather delivers).
-
-    Sparse packets (their codec registered `sparse`) are divided only where they put a
-    value: zeros stay zero when divided, so the result has the same bits as dividing
-    the whole tensor, for O(k) work instead of a pass over n entries. zeroed: the caller
-    vouches that `out` holds zeros already, so sparse packets skip zeroing it.
-
-    >>> import milktea
-    >>> c = milktea.TopK(k=1)
-    >>> decode_mean([c.compress(torch.tensor([0., 4, 1])), c.compress(torch.tensor([2., 0, 0]))],
-    ...             out=torch.empty(3))
-    tensor([1., 2., 0.])
-    """
-    if not packets:
-        raise ValueError("decode_mean needs at least one packet")
-    for p in packets:
-        if not isinstance(p, Packet):
-            raise TypeError(f"decode_mean needs Packets, got {type(p).__name__}")
-    sparse = [get_codec(p.codec).sparse for p in packets]
-    if not all(sparse):
-        decode(packets[0], out=out)
-        for p in packets[1:-1]:
-            decode_add(p, out)
-        if len(packets) > 1:
-            last = packets[-1]
-            fused = get_codec(last.codec).add_divide
-            last.check_size()
-            _check_out(last, out, same_dtype=False)
-            if fused is not None and fused(last, out, len(packets)):
-                return out        # added and divided in one pass
-            decode_add(last, out)
-        return out.div_(len(packets))
-    pieces = []
-    for i, (p, parts) in enumerate(zip(packets, sparse)):
-        p.check_size()
-        _check_out(p, out, same_dtype=i == 0)
-        idx, vals = parts(p)        # sorted, unique, in range: the codec checked its bytes
-        pieces.append((idx, vals.to(out.dtype)))
-    if not zeroed:
-        out.zero_()
-    from milktea import kernels     # a call-time import: this module depends on nothing
-    if kernels.sparse_mean(pieces, out):
-        return out
-    flat = out.view(-1)
-    flat[pieces[0][0]] = pieces[0][1]       # as the codec's decode: the values put in place
-    for idx, vals in pieces[1:]:            # as its add
-        flat.index_add_(0, idx, vals)
-    if len(pieces) > 1:
-        where = torch.cat([idx for idx, _ in pieces])   # listed twice: the same quotient twice
-        flat[where] = flat.index_select(0, where).div_(len(pieces))
-    return out
-
-
-def _check_out(packet: "Packet", out, same_dtype: bool) -> None:
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
-    ok_dtype = out.dtype == packet.dtype if same_dtype else out.dtype in DTYPES
-    if tuple(out.shape) != tuple(packet.shape) or not ok_dtype:
-        need = f"dtype {packet.dtype}" if same_dtype else "a float dtype"
-        raise ValueError(f"out has shape {tuple(out.shape)} and dtype {out.dtype}; the packet "
-                         f"needs shape {packet.shape} and {need}")
-    if not out.is_contiguous():
-        raise ValueError("out must be contiguous")
-    if out.device != packet.device:
-        raise ValueError(f"out is on {out.device}, the packet on {packet.device}")
 
 
 def varint_size(v: int) -> int:
@@ -277,7 +177,7 @@ class Packet:
     parts: tuple[torch.Tensor, ...] = ()
 
     def __post_init__(self):
-        get_codec(self.codec)
+        codec_id(self.codec)
         if self.dtype not in DTYPES:
             raise TypeError(f"packets carry float tensors, got dtype {self.dtype}")
         for p in self.parts:
@@ -303,14 +203,14 @@ class Packet:
             raise ValueError(f"malformed packet: shape {self.shape} has no elements")
         if n > MAX_NUMEL:
             raise ValueError(f"malformed packet: {n} elements is more than the {MAX_NUMEL} a packet may carry")
-        cap = get_codec(self.codec).expansion * self.payload_nbytes
+        cap = codec_id(self.codec).expansion * self.payload_nbytes
         if n > cap:
             raise ValueError(f"malformed packet: a {self.codec} packet of {self.payload_nbytes} payload "
                              f"bytes cannot stand for {n} elements (at most {int(cap)})")
 
     def header(self) -> bytes:
         buf = bytearray(MAGIC)
-        buf += bytes((VERSION, get_codec(self.codec).id, DTYPES[self.dtype]))
+        buf += bytes((VERSION, codec_id(self.codec).id, DTYPES[self.dtype]))
         for seq in (self.shape, self.params):
             _put_varint(buf, len(seq))
             for v in seq:
@@ -410,8 +310,6 @@ def _parse_header(b: bytes):
         raise ValueError("not a milktea packet (bad magic bytes)")
     if b[2] != VERSION:
         raise ValueError(f"packet version {b[2]} is not supported (expected {VERSION})")
-    if b[3] not in _BY_ID:
-        _load_library_codecs()
     if b[3] not in _BY_ID:
         raise ValueError(f"malformed packet: unknown codec id {b[3]}; known: "
                          f"{ {c.name: i for i, c in sorted(_BY_ID.items())} }")

@@ -21,8 +21,14 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch.func import functional_call, grad, vmap
 
+from .batched import batch_for, supported
 from .checks import check_int, check_number
+from .compressors import Compressor
 from .device import pick_device
+from .distributed import protocols
+from .distributed.compressed_allreduce import CompressedAllReduce, simulate_round
+from .feedback import ErrorFeedback
+from .onebit import OneBitAdam
 from .tasks import Digits, Quadratic, Task  # noqa: F401  (Digits: for the examples)
 
 
@@ -118,8 +124,6 @@ class History:
 def _check(task, compressor, workers, steps, lr, batch, momentum, seed, eval_every):
     if not isinstance(task, Task):
         raise TypeError(f"task must be a milktea.tasks.Task (e.g. Digits() or Quadratic()), got {type(task).__name__}")
-    from .compressors import Compressor
-    from .feedback import ErrorFeedback
     if compressor is not None and not isinstance(compressor, (Compressor, ErrorFeedback)):
         raise TypeError(f"compressor must be a milktea Compressor (e.g. TopK(ratio=0.01)) or a ledger "
                         f"(ErrorFeedback, DGC), got {type(compressor).__name__}")
@@ -149,7 +153,6 @@ class _Exchange:
     its own sender; returns the average update and each worker's wire bytes."""
 
     def __init__(self, compressor, error_feedback, workers, named, flat, per_layer, batched=True):
-        from .feedback import ErrorFeedback
         self.workers, self.flat = workers, flat
         ledger = isinstance(compressor, ErrorFeedback)     # a ready-made ledger (e.g. DGC)
         self.codec = compressor.compressor if ledger else compressor
@@ -164,7 +167,6 @@ class _Exchange:
             own = compressor.fork(rank, stream)
             return ErrorFeedback(own) if error_feedback else own
         # a protocol that sums on the way (PowerSGD's factors): one sender on the summed gradient
-        from .distributed import protocols
         self.summed = compressor is not None and protocols.get(protocols.protocol_of(self.codec)).summed
         self.per_layer = self.summed if per_layer is None else bool(per_layer)
         self.streams, offset = [], 0            # (slice of the flat vector, shape) per packet
@@ -176,12 +178,10 @@ class _Exchange:
         # all workers in one call where the compressor allows it (milktea.batched: bit for bit the same)
         self.batches = [None] * len(self.streams)
         if batched and compressor is not None and not self.summed:
-            from .batched import batch_for
             self.batches = [batch_for([self.senders[w][s] for w in range(workers)], shape)
                             for s, (_, shape) in enumerate(self.streams)]
 
     def __call__(self, G):
-        from .batched import supported
         W = self.workers
         update, sent = torch.empty_like(self.flat), [0] * W
         for s, (part, shape) in enumerate(self.streams):
@@ -210,8 +210,6 @@ class _CompressedAllReduce:
     the wire carries about 2(N-1)/N of that, as a ring all-reduce does)."""
 
     def __init__(self, compressor, error_feedback, workers, flat):
-        from .distributed.compressed_allreduce import CompressedAllReduce
-        from .feedback import ErrorFeedback
         if compressor is None or isinstance(compressor, ErrorFeedback):
             raise TypeError("protocol='compressed_allreduce' needs a plain compressor (e.g. Sign()); it keeps "
                             "its own ledgers on both sides (error_feedback=True)")
@@ -221,7 +219,6 @@ class _CompressedAllReduce:
                       for w in range(workers)]
 
     def __call__(self, G):
-        from .distributed.compressed_allreduce import simulate_round
         update = simulate_round(self.ranks, list(G)).to(self.flat.dtype)
         return update, [sum(p.nbytes for p in r.last[0]) for r in self.ranks]
 
@@ -270,7 +267,6 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
     """
     _check(task, compressor, workers, steps, lr, batch, momentum, seed, eval_every)
     if optimizer is not None:
-        from .onebit import OneBitAdam
         if not isinstance(optimizer, OneBitAdam):
             raise TypeError(f"optimizer must be a milktea.onebit.OneBitAdam, got {type(optimizer).__name__}")
         if compressor is not None or momentum:
@@ -305,7 +301,6 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
     rows = torch.arange(workers, device=device)[:, None]
 
     if protocol is None and compressor is not None and optimizer is None:
-        from .distributed import protocols    # what the compressor declares (use_compressed_allreduce)
         protocol = "compressed_allreduce" if protocols.protocol_of(compressor) == "compressed_allreduce" else None
     if protocol == "compressed_allreduce":
         exchange = _CompressedAllReduce(compressor, error_feedback, workers, flat)

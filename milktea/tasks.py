@@ -1,5 +1,6 @@
-"""Training tasks: the seed's quadratic toy and a digits classifier (scikit-learn's
-`load_digits`, which ships offline).
+"""Training tasks: the seed's quadratic toy, a digits classifier (scikit-learn's
+`load_digits`, which ships offline) and a small character-level GPT (`CharGPT`: the model
+and its corpus are milktea.gpt).
 
 A task hands out plain torch pieces, so the simulator and a real DDP run train the same
 thing from the same initial weights:
@@ -14,13 +15,16 @@ thing from the same initial weights:
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
 from .checks import check_int, check_number
+from .gpt import GPT, VOCAB, GPTConfig, encode, load_corpus, windows
 
 
 def _check_dtype(dtype) -> torch.dtype:
@@ -208,12 +212,76 @@ class Digits(Task):
                 f"seed={self.seed}, {'non-iid' if self.noniid else 'iid'})")
 
 
+class CharGPT(Task):
+    """Next-character prediction on Python source (see `load_corpus`) with `GPT`.
+
+    Examples are non-overlapping windows of `block` characters; the training windows are
+    shuffled (by `seed`) and dealt out to the workers. `loss` is each window's mean
+    cross-entropy; `evaluate` reports the held-out loss (nats per character), its
+    perplexity exp(loss), and the share of characters predicted exactly ("accuracy").
+
+    >>> CharGPT().model()                  # the text's size depends on the Python version
+    GPT(layers=2, heads=4, width=96, context=32, params=245,760)
+    """
+    name = "gpt"
+
+    def __init__(self, *, n_layer: int = 2, n_head: int = 4, n_embd: int = 96, block: int = 32, seed: int = 0,
+                 source: str = "auto", max_val_windows: int | None = 256, dtype: torch.dtype = torch.float32):
+        self.cfg = GPTConfig(VOCAB, block, n_layer, n_head, n_embd)
+        self.seed = check_int(seed, "seed", 0)
+        self.dtype = _check_dtype(dtype)
+        self.corpus = load_corpus(source)
+        self.x_train, self.y_train = windows(encode(self.corpus.train), block)
+        self.x_val, self.y_val = windows(encode(self.corpus.val), block)
+        if max_val_windows is not None:       # evaluation in well under a second on a laptop
+            check_int(max_val_windows, "max_val_windows", 1)
+            self.x_val, self.y_val = self.x_val[:max_val_windows], self.y_val[:max_val_windows]
+
+    def model(self) -> nn.Module:
+        return _seeded_init(self.seed, lambda: GPT(self.cfg)).to(self.dtype)
+
+    def shards(self, workers: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        workers = check_int(workers, "workers", 1)
+        n = len(self.y_train)
+        if workers > n:
+            raise ValueError(f"workers must be <= {n} (one training window each at least), got {workers}")
+        order = np.random.RandomState(self.seed).permutation(n)
+        return [(self.x_train[p], self.y_train[p]) for p in np.array_split(order, workers)]
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        # output [B, T, vocab], target [B, T] -> [B]: each window's mean over its characters
+        per_char = F.cross_entropy(output.flatten(0, 1), target.flatten(), reduction="none")
+        return per_char.view(target.shape).mean(-1)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, split: str = "val", chunk: int = 256) -> dict[str, float]:
+        if split not in ("val", "train"):
+            raise ValueError(f"split must be 'val' or 'train', got {split!r}")
+        x, y = (self.x_val, self.y_val) if split == "val" else (self.x_train, self.y_train)
+        dev = next(model.parameters()).device
+        total = hits = 0.0
+        for i in range(0, len(y), chunk):
+            out = model(x[i:i + chunk].to(dev))
+            yb = y[i:i + chunk].to(dev)
+            total += F.cross_entropy(out.flatten(0, 1).double(), yb.flatten(), reduction="sum").item()
+            hits += (out.argmax(-1) == yb).sum().item()
+        loss = total / y.numel()
+        perplexity = math.exp(loss) if loss < 700 else math.inf    # a diverged model's loss overflows exp
+        return {"loss": loss, "perplexity": perplexity, "accuracy": hits / y.numel()}
+
+    def __repr__(self) -> str:
+        c = self.cfg
+        n = sum(p.numel() for p in GPT(c).parameters())
+        return (f"CharGPT({self.corpus.source}, layers={c.n_layer}, width={c.n_embd}, context={c.block}, "
+                f"params={n:,}, train {len(self.y_train):,} windows, val {len(self.y_val)}, seed={self.seed})")
+
+
 TASKS = ("digits", "gpt")
 
 
 def make_task(name: str = "digits", *, hidden: int = 32, seed: int = 0) -> Task:
     """The task called `name`, as DDP training and `compare` build it: "digits" (the MLP,
-    `hidden` wide) or "gpt" (`milktea.gpt.CharGPT` at its default size; `hidden` is the
+    `hidden` wide) or "gpt" (`CharGPT` at its default size; `hidden` is the
     digits MLP's width and not used).
 
     >>> make_task("digits", hidden=16)
@@ -224,6 +292,5 @@ def make_task(name: str = "digits", *, hidden: int = 32, seed: int = 0) -> Task:
     if name == "digits":
         return Digits(hidden=hidden, seed=seed)
     if name == "gpt":
-        from .gpt import CharGPT       # imported here: milktea.gpt builds on this module
         return CharGPT(seed=seed)
     raise ValueError(f"unknown task {name!r}; choose from {', '.join(TASKS)}")

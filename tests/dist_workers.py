@@ -59,7 +59,7 @@ def _powersgd_reference(mats, Qs, residuals, rank_r, N):
 
 def _gpt_pieces():
     """A one-layer character GPT, its windows of text and its loss (milktea.gpt)."""
-    from milktea.gpt import CharGPT
+    from milktea.tasks import CharGPT
     task = CharGPT(n_layer=1, n_head=2, n_embd=32, block=16, max_val_windows=1)
 
     def batch(rank, step):

@@ -118,7 +118,7 @@ def test_ddp_hook_runs_the_protocol(workers):
 
 
 def test_the_protocol_is_registered_and_priced():
-    from milktea.cost import collective_for
+    from milktea.distributed.protocols import collective_for
     from milktea.distributed import protocols
     from milktea.distributed.compressed_allreduce import use_compressed_allreduce
     s = use_compressed_allreduce(Sign())

@@ -10,7 +10,7 @@ import torch
 
 from milktea import Chain, Quantize, RandomK, TopK
 from milktea.compressors import Sparsifier
-from milktea.compressors.base import PIECE
+from milktea.compressors.wire import PIECE
 
 from compressor_zoo import ZOO, make_input
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from milktea.experiments import gpt as xg
-from milktea.gpt import CharGPT
+from milktea.tasks import CharGPT
 
 
 @pytest.fixture(scope="module")

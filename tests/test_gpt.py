@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 import milktea.gpt as gpt
-from milktea.gpt import GPT, CharGPT, GPTConfig, causal_attention, decode, encode, load_corpus, windows
+from milktea.tasks import CharGPT
+from milktea.gpt import GPT, GPTConfig, causal_attention, decode, encode, load_corpus, windows
 from milktea.simulate import simulate
 
 SMALL = dict(n_layer=1, n_head=2, n_embd=32, block=16)

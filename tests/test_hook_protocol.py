@@ -8,9 +8,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-import milktea.packet
 from milktea import cost
-from milktea.compressors import Compressor
+from milktea.compressors import Compressor, register_codec
 from milktea.distributed import launch, protocols
 from milktea.packet import Packet
 
@@ -37,12 +36,12 @@ def _decode_every_other(packet, out=None):
     return res
 
 
-milktea.packet.register_codec("test-every-other", 201, _decode_every_other, expansion=0.5)
+register_codec("test-every-other", 201, _decode_every_other, expansion=0.5)
 
 
 def test_the_cost_model_and_the_simulator_read_its_protocol():
     c = EveryOther()
-    assert protocols.protocol_of(c) == "allgather" and cost.collective_for(c) == "allgather"
+    assert protocols.protocol_of(c) == "allgather" and protocols.collective_for(c) == "allgather"
     x = torch.randn(1001)
     assert torch.equal(c.decompress(Packet.from_bytes(c.compress(x).to_bytes()))[::2], x[::2])
     from milktea.simulate import simulate

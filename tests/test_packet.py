@@ -76,8 +76,9 @@ def test_repr_tells_the_story():
 
 
 # -- a compressor defined outside the library registers its own codec ------------------
-from milktea.compressors.base import Compressor, expect_layout, expect_nbytes, from_bytes, output, to_bytes  # noqa: E402
-from milktea.packet import CODECS, decode_add, get_codec, register_codec  # noqa: E402
+from milktea.compressors import Compressor, decode_add, get_codec, register_codec  # noqa: E402
+from milktea.compressors.wire import expect_layout, expect_nbytes, from_bytes, output, to_bytes  # noqa: E402
+from milktea.packet import CODECS  # noqa: E402
 
 
 class Halves(Compressor):
@@ -114,9 +115,11 @@ def test_a_users_compressor_registers_its_codec():
 
 
 def test_registry_refuses_clashes_and_names_known_codecs():
-    with pytest.raises(ValueError, match="taken by 'topk'"):
-        register_codec("mine", CODECS["topk"], _decode_halves, expansion=1)
+    with pytest.raises(ValueError, match="taken by 'test-halves'"):
+        register_codec("mine", CODECS["test-halves"], _decode_halves, expansion=1)
     with pytest.raises(ValueError, match="already has id"):
+        register_codec("test-halves", 202, _decode_halves, expansion=1)
+    with pytest.raises(ValueError, match="one of the library's codecs"):
         register_codec("topk", 201, _decode_halves, expansion=1)
     with pytest.raises(ValueError, match=r"\[0, 255\]"):
         register_codec("mine", 256, _decode_halves, expansion=1)

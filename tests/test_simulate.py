@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from milktea.compressors import Identity, PowerSGD, Quantize, TopK, orthonormalize
-from milktea.cost import collective_for
+from milktea.distributed.protocols import collective_for
 from milktea.feedback import ErrorFeedback
 from milktea.simulate import History, simulate
 from milktea.tasks import Digits, Quadratic

@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import milktea
 from milktea import Packet
-from milktea.packet import CODECS, MAGIC, VERSION, decode, decode_add, decode_mean
+from milktea.compressors import decode, decode_add, decode_mean
+from milktea.packet import CODECS, MAGIC, VERSION
 
 from compressor_zoo import ZOO, make_input
 

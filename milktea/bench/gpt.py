@@ -17,7 +17,7 @@ import os
 import torch
 
 from ..experiments.gpt import default_schemes, gradient_stats, runs_table, side_by_side
-from ..gpt import CharGPT
+from ..tasks import CharGPT
 
 
 def run(workers: int = 8, steps: int = 30, batch: int = 4, lr: float = 0.1, momentum: float = 0.9,

@@ -1,7 +1,10 @@
 """Every compressor: ``compress(tensor) -> Packet``, ``decompress(packet) -> tensor``.
 
-Each module registers the codec of its packets with :func:`milktea.packet.register_codec`.
+The codec registry (`registry`) sits at the bottom; every compressor module below
+registers its codec there as it loads, and this file loads them all, so importing
+anything from `milktea.compressors` finds every library codec in place.
 """
+from .registry import Codec, decode, decode_add, decode_mean, get_codec, register_codec
 from .base import Compressor, Identity
 from .cast import Cast
 from .chain import Chain
@@ -11,4 +14,5 @@ from .sign import Sign
 from .sparse import RandomK, Sparsifier, TopK, sparse_decode
 
 __all__ = ["Compressor", "Identity", "TopK", "RandomK", "Sparsifier", "Quantize", "QSGD",
-           "TernGrad", "Sign", "Cast", "PowerSGD", "Chain", "orthonormalize", "sparse_decode"]
+           "TernGrad", "Sign", "Cast", "PowerSGD", "Chain", "orthonormalize", "sparse_decode",
+           "Codec", "decode", "decode_add", "decode_mean", "get_codec", "register_codec"]

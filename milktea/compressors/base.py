@@ -1,99 +1,22 @@
-"""The compressor contract and the byte helpers every codec shares."""
+"""The compressor contract: `Compressor`, and `Identity` (the dense baseline)."""
 from __future__ import annotations
 
 import copy
-import math
 from typing import Sequence
 
 import torch
 
 from ..checks import check_choice, check_grad, NONFINITE_POLICIES
-from ..packet import Packet, decode, decode_add, decode_mean, register_codec
-
-#: Entries decoded at a time by the chunk-wise paths of decompress_add (a small scratch).
-PIECE = 1 << 16
-
-
-def to_bytes(t: torch.Tensor) -> torch.Tensor:
-    """A tensor's raw bytes as a flat uint8 tensor (no copy when contiguous)."""
-    return t.contiguous().reshape(-1).view(torch.uint8)
-
-
-def from_bytes(part: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Reinterpret packet bytes as `dtype` (copies only if misaligned)."""
-    size = torch.empty((), dtype=dtype).element_size()
-    if part.numel() % size:
-        raise ValueError(f"a {dtype} field cannot be {part.numel()} bytes long")
-    if part.storage_offset() % size:
-        part = part.clone()
-    return part.view(dtype)
-
-
-def expect_layout(packet: Packet, nparams: int | tuple, nparts: int) -> None:
-    """Check a packet has as many params and parts as its codec writes (ValueError if not)."""
-    counts = (nparams,) if isinstance(nparams, int) else nparams
-    if len(packet.params) not in counts or len(packet.parts) != nparts:
-        raise ValueError(f"malformed {packet.codec} packet: {len(packet.params)} params and "
-                         f"{len(packet.parts)} parts, expected {' or '.join(map(str, counts))} and {nparts}")
-
-
-def expect_nbytes(packet: Packet, part: int, nbytes: int, what: str) -> None:
-    have = packet.parts[part].numel()
-    if have != nbytes:
-        raise ValueError(f"malformed {packet.codec} packet: {what} take {have} bytes, expected {nbytes}")
-
-
-def output(packet: Packet, out: torch.Tensor | None) -> torch.Tensor:
-    """The tensor a decoder writes into: `out` if given (checked), else a new one.
-
-    Decoders call this only after checking every size against the packet's bytes.
-    """
-    if out is None:
-        return torch.empty(packet.shape, dtype=packet.dtype, device=packet.device)
-    if tuple(out.shape) != tuple(packet.shape) or out.dtype != packet.dtype:
-        raise ValueError(f"out has shape {tuple(out.shape)} and dtype {out.dtype}; the packet "
-                         f"needs shape {packet.shape} and dtype {packet.dtype}")
-    if not out.is_contiguous():
-        raise ValueError("out must be contiguous")
-    return out
-
-
-def flat_float32(t: torch.Tensor) -> torch.Tensor:
-    """Flat float32 view or copy, for kernels that compute in float32."""
-    t = t.reshape(-1)
-    if t.dtype != torch.float32:
-        t = t.float()
-    return t if t.is_contiguous() else t.contiguous()
-
-
-def chunk_step(chunk: int, limit: int = 1 << 20) -> int | None:
-    """A piece length for add_pieces that starts every piece on a chunk boundary and a byte
-    boundary (>= PIECE entries, a multiple of both `chunk` and 8), so a piece decodes with
-    the codec's whole-tensor kernel on a slice of the codes and scales; None when such a
-    piece would be longer than `limit` entries."""
-    step = chunk * -(-PIECE // chunk)
-    step = step * 8 // math.gcd(step, 8)
-    return step if step <= limit else None
-
-
-def add_pieces(packet: Packet, out: torch.Tensor, piece, alpha: float, step: int = PIECE) -> None:
-    """out.view(-1)[s:e] += alpha * piece(s, e) for pieces of `step` entries (step % 8 == 0),
-    so a decoder adds into `out` with a scratch of one piece, not of the whole tensor.
-
-    Each piece is rounded to the packet's dtype first, so what is added is exactly what
-    :func:`~milktea.packet.decode` returns, whatever `out`'s dtype."""
-    flat = out.view(-1)
-    for s in range(0, packet.numel, step):
-        e = min(s + step, packet.numel)
-        flat[s:e].add_(piece(s, e).to(packet.dtype).to(out.dtype), alpha=alpha)
-
+from ..packet import Packet
+from .registry import decode, decode_add, decode_mean, register_library_codec
+from .wire import dense_add, dense_decode, to_bytes
 
 class Compressor:
     """Base class: ``compress(tensor) -> Packet``, ``decompress(packet) -> tensor``.
 
     Subclasses set ``codec`` and implement ``_compress(tensor)``; decoding is a
-    function of the packet alone (see :func:`milktea.packet.decode`), registered by
-    the subclass's module with :func:`milktea.packet.register_codec`.
+    function of the packet alone (see :func:`milktea.compressors.decode`), registered by
+    the subclass's module with :func:`milktea.compressors.register_codec`.
     """
     codec = "dense"
     protocol = "allgather"   # how packets cross the wire: see milktea.distributed.protocols
@@ -253,6 +176,38 @@ class Compressor:
         return {}
 
 
+# --- a compressor copy's state, for checkpoints (the DDP hook's and the compressed all-reduce's)
+def _generators(obj, path="") -> dict:
+    """Every torch.Generator a compressor holds (Chain: its stages' too), by attribute path."""
+    out = {}
+    for k, v in vars(obj).items():
+        if isinstance(v, torch.Generator):
+            out[path + k] = v
+        elif hasattr(v, "compress") and hasattr(v, "__dict__"):
+            out.update(_generators(v, f"{path}{k}."))
+    return out
+
+
+def coder_state(c) -> dict:
+    """One compressor copy's state for a checkpoint: its own `state_dict` (if it has one)
+    and the state of every random generator it holds, so a restored copy rounds exactly
+    as the saved one would have."""
+    return {"state": c.state_dict() if hasattr(c, "state_dict") else None,
+            "generators": {k: g.get_state() for k, g in _generators(c).items()}}
+
+
+def load_coder_state(c, saved: dict) -> None:
+    """Restore what `coder_state` returned into the copy `c`."""
+    if saved["state"] is not None:
+        c.load_state_dict(saved["state"])
+    gens = _generators(c)
+    for k, g in saved["generators"].items():
+        if k not in gens:
+            raise ValueError(f"saved state has a random generator at {k!r}; this compressor has "
+                             f"{sorted(gens) or 'none'}")
+        gens[k].set_state(g)
+
+
 class Identity(Compressor):
     """No compression: the raw tensor bytes (the dense baseline).
 
@@ -271,28 +226,5 @@ class Identity(Compressor):
         return Packet("dense", tuple(t.shape), t.dtype, (), (to_bytes(t).clone(),))
 
 
-def _check_dense(packet: Packet, value_dtype: torch.dtype, nparams: int = 0) -> None:
-    expect_layout(packet, nparams, 1)
-    size = torch.empty((), dtype=value_dtype).element_size()
-    expect_nbytes(packet, 0, packet.numel * size, f"{packet.numel} {value_dtype} values")
-
-
-def dense_decode(packet: Packet, out, value_dtype: torch.dtype, nparams: int = 0):
-    """Decode a packet whose one part holds every value as `value_dtype`."""
-    _check_dense(packet, value_dtype, nparams)
-    res = output(packet, out)
-    res.view(-1).copy_(from_bytes(packet.parts[0], value_dtype))
-    return res
-
-
-def dense_add(packet: Packet, out, alpha: float, value_dtype: torch.dtype, nparams: int = 0):
-    """out += alpha * values, read from the bytes piece by piece (no full-size copy even
-    when the part sits at an odd offset in a received buffer)."""
-    _check_dense(packet, value_dtype, nparams)
-    size = torch.empty((), dtype=value_dtype).element_size()
-    part = packet.parts[0]
-    add_pieces(packet, out, lambda s, e: from_bytes(part[s * size:e * size], value_dtype), alpha)
-
-
-register_codec("dense", 0, lambda p, out=None: dense_decode(p, out, p.dtype), expansion=1.0,
-               add=lambda p, out, alpha: dense_add(p, out, alpha, p.dtype))
+register_library_codec("dense", lambda p, out=None: dense_decode(p, out, p.dtype),
+                       add=lambda p, out, alpha: dense_add(p, out, alpha, p.dtype))

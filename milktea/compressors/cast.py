@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import torch
 
-from ..packet import DTYPES, Packet, register_codec
-from .base import Compressor, dense_add, dense_decode, expect_layout, to_bytes
+from ..packet import DTYPES, Packet
+from .base import Compressor
+from .registry import register_library_codec
+from .wire import dense_add, dense_decode, expect_layout, to_bytes
 
 _HALF = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _BY_CODE = {DTYPES[d]: d for d in _HALF}
@@ -59,5 +61,5 @@ def _half_of(packet) -> torch.dtype:
     return half
 
 
-register_codec("cast", 7, lambda p, out=None: dense_decode(p, out, _half_of(p), nparams=1), expansion=0.5,
-               add=lambda p, out, alpha: dense_add(p, out, alpha, _half_of(p), nparams=1))
+register_library_codec("cast", lambda p, out=None: dense_decode(p, out, _half_of(p), nparams=1),
+                       add=lambda p, out, alpha: dense_add(p, out, alpha, _half_of(p), nparams=1))

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from ..packet import SPARSE_EXPANSION, Packet, decode, get_codec, register_codec
-from .base import Compressor, to_bytes
+from ..packet import Packet, codec_id
+from .base import Compressor
+from .registry import decode, register_library_codec
+from .wire import to_bytes
 from .sparse import SPARSE_DECODERS, Sparsifier, _add_sparse, _decode_sparse, sparse_decode
 
 _SPARSE = ("topk", "randomk")      # what a chain's first stage may be
@@ -53,7 +55,7 @@ class Chain(Compressor):
 
     @staticmethod
     def _wrap(t, sparse, inner):
-        return Packet("chain", tuple(t.shape), t.dtype, (get_codec(sparse.codec).id, *sparse.params),
+        return Packet("chain", tuple(t.shape), t.dtype, (codec_id(sparse.codec).id, *sparse.params),
                       (*sparse.parts[:-1], inner.to_tensor()))
 
     def compress_with_feedback(self, residual, dtype=None, grad=None, clear_grad=False):
@@ -86,10 +88,10 @@ def _sparse_of_chain(packet: Packet) -> Packet:
     size checked: the inner packet must be a flat, non-sparse packet of k values)."""
     if not packet.params or not packet.parts:
         raise ValueError("malformed chain packet: it needs the sparse codec's id and an inner packet")
-    codec = next((c for c in _SPARSE if get_codec(c).id == packet.params[0]), None)
+    codec = next((c for c in _SPARSE if codec_id(c).id == packet.params[0]), None)
     if codec is None:
         raise ValueError(f"malformed chain packet: first stage codec id {packet.params[0]} is not one of "
-                         f"{ {c: get_codec(c).id for c in _SPARSE} }")
+                         f"{ {c: codec_id(c).id for c in _SPARSE} }")
     inner = Packet.from_tensor(packet.parts[-1])
     k = packet.params[1] if len(packet.params) > 1 else -1
     if inner.codec in _SPARSE + ("chain",) or inner.shape != (k,):
@@ -100,6 +102,6 @@ def _sparse_of_chain(packet: Packet) -> Packet:
 
 
 SPARSE_DECODERS["chain"] = lambda p: sparse_decode(_sparse_of_chain(p))
-register_codec("chain", 9, lambda p, out=None: _decode_sparse(_sparse_of_chain(p), out),
-               expansion=SPARSE_EXPANSION, add=lambda p, out, alpha: _add_sparse(_sparse_of_chain(p), out, alpha),
-               sparse=SPARSE_DECODERS["chain"])
+register_library_codec("chain", lambda p, out=None: _decode_sparse(_sparse_of_chain(p), out),
+                       add=lambda p, out, alpha: _add_sparse(_sparse_of_chain(p), out, alpha),
+                       sparse=SPARSE_DECODERS["chain"])

@@ -16,8 +16,10 @@ from __future__ import annotations
 import torch
 
 from ..checks import check_positive_int
-from ..packet import Packet, register_codec
-from .base import Compressor, expect_layout, expect_nbytes, from_bytes, output, to_bytes
+from ..packet import Packet
+from .base import Compressor
+from .registry import register_library_codec
+from .wire import expect_layout, expect_nbytes, from_bytes, output, to_bytes
 
 
 def orthonormalize(p: torch.Tensor) -> torch.Tensor:
@@ -141,4 +143,4 @@ def _add_powersgd(packet, out, alpha):
         out.view(p.shape[0], q.shape[0]).add_(PowerSGD.expand(p, q).to(packet.dtype).to(out.dtype), alpha=alpha)
 
 
-register_codec("powersgd", 8, _decode_powersgd, expansion=1 << 16, add=_add_powersgd)
+register_library_codec("powersgd", _decode_powersgd, add=_add_powersgd)

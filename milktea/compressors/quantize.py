@@ -20,9 +20,11 @@ import torch
 from .. import kernels
 from ..bits import pack, packed_size, unpack
 from ..checks import check_choice, check_positive_int
-from ..packet import Packet, register_codec
-from .base import (Compressor, add_pieces, chunk_step, expect_layout, expect_nbytes, flat_float32, from_bytes,
-                   output, to_bytes)
+from ..packet import Packet
+from .base import Compressor
+from .registry import register_library_codec
+from .wire import (add_pieces, chunk_step, expect_layout, expect_nbytes, flat_float32, from_bytes, output,
+                   to_bytes)
 
 #: Norms saturate here (half of float32's largest value), so that norm / levels * levels
 #: cannot round past the largest float32 when decoded (see QSGD).
@@ -267,6 +269,6 @@ def _add_divide_quant(packet, out, count):
         packet.parts[0], from_bytes(packet.parts[1], torch.float32), chunk, bits, out, 1.0, count)
 
 
-register_codec("quant", 3, _decode_quant, expansion=4.0, add=_add_quant, add_divide=_add_divide_quant)
-register_codec("qsgd", 4, _decode_levels, expansion=4.0, add=_add_levels)
-register_codec("terngrad", 5, _decode_levels, expansion=4.0, add=_add_levels)
+register_library_codec("quant", _decode_quant, add=_add_quant, add_divide=_add_divide_quant)
+register_library_codec("qsgd", _decode_levels, add=_add_levels)
+register_library_codec("terngrad", _decode_levels, add=_add_levels)

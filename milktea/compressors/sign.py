@@ -14,9 +14,10 @@ import torch
 
 from .. import kernels
 from ..bits import packed_size
-from ..packet import Packet, register_codec
-from .base import (Compressor, add_pieces, expect_layout, expect_nbytes, flat_float32, from_bytes,
-                   output, to_bytes)
+from ..packet import Packet
+from .base import Compressor
+from .registry import register_library_codec
+from .wire import add_pieces, expect_layout, expect_nbytes, flat_float32, from_bytes, output, to_bytes
 
 
 class Sign(Compressor):
@@ -94,4 +95,4 @@ def _add_divide_sign(packet, out, count):
         kernels.sign_unpack_add(packet.parts[0], _scale_of(packet), out, 1.0, count)
 
 
-register_codec("sign", 6, _decode_sign, expansion=8.0, add=_add_sign, add_divide=_add_divide_sign)
+register_library_codec("sign", _decode_sign, add=_add_sign, add_divide=_add_divide_sign)

@@ -11,8 +11,10 @@ import torch
 from .. import index as index_codec
 from .. import kernels
 from ..checks import check_choice, check_positive_int, resolve_k
-from ..packet import SPARSE_EXPANSION, Packet, register_codec
-from .base import Compressor, expect_layout, expect_nbytes, from_bytes, output, to_bytes
+from ..packet import Packet
+from .base import Compressor
+from .registry import register_library_codec
+from .wire import expect_layout, expect_nbytes, from_bytes, output, to_bytes
 from .select import select_topk
 
 ENCODING_IDS = {name: i for i, name in enumerate(index_codec.ENCODINGS)}
@@ -295,6 +297,5 @@ class RandomK(Sparsifier):
         self.step = int(state["step"])
 
 
-register_codec("topk", 1, _decode_sparse, expansion=SPARSE_EXPANSION, add=_add_sparse, sparse=sparse_decode)
-register_codec("randomk", 2, _decode_sparse, expansion=SPARSE_EXPANSION, add=_add_sparse,
-               sparse=sparse_decode)
+register_library_codec("topk", _decode_sparse, add=_add_sparse, sparse=sparse_decode)
+register_library_codec("randomk", _decode_sparse, add=_add_sparse, sparse=sparse_decode)

@@ -6,7 +6,6 @@
 that the functions (not the modules) are what these names mean. NetnsLink loads on first
 use, so that `python -m milktea.distributed.netns` does not import its own module twice.
 """
-from milktea.distributed import compressed_allreduce  # noqa: F401  (registers its protocol)
 from milktea.distributed.compare import compare
 from milktea.distributed.hooks import CompressionState, compress
 from milktea.distributed.launch import WorkerError, WorkerHang, default_threads, launch

@@ -34,8 +34,8 @@ import time
 
 import torch
 
-from milktea import cost
-from milktea.distributed import protocols
+from milktea.compressors import Compressor
+from milktea.compressors.base import coder_state, load_coder_state
 from milktea.feedback import ErrorFeedback
 from milktea.packet import Packet
 
@@ -75,7 +75,6 @@ class CompressedAllReduce:
     """
 
     def __init__(self, compressor, rank: int, workers: int, *, error_feedback: bool = True, stream: int = 0):
-        from milktea.compressors import Compressor
         if not isinstance(compressor, Compressor):
             raise TypeError(f"compressor must be a milktea Compressor (e.g. Sign()), got {type(compressor).__name__}")
         for name, v, low in (("rank", rank, 0), ("workers", workers, 1), ("stream", stream, 0)):
@@ -150,8 +149,8 @@ class CompressedAllReduce:
     def state_dict(self) -> dict:
         """Both ledgers and every copy's state, random generators included, so that a
         restored worker rounds exactly as the one that saved it would have."""
-        return {"numel": self.numel, "senders": [protocols.coder_state(s) for s in self.senders],
-                "server": protocols.coder_state(self.server)}
+        return {"numel": self.numel, "senders": [coder_state(s) for s in self.senders],
+                "server": coder_state(self.server)}
 
     def load_state_dict(self, state: dict) -> None:
         if len(state["senders"]) != self.workers:
@@ -159,7 +158,7 @@ class CompressedAllReduce:
         if state["numel"] is not None:
             self._bounds_for(int(state["numel"]))
         for s, saved in zip(self.senders + [self.server], state["senders"] + [state["server"]]):
-            protocols.load_coder_state(s, saved)
+            load_coder_state(s, saved)
 
     def __repr__(self) -> str:
         return (f"CompressedAllReduce({self.compressor!r}, rank {self.rank} of {self.workers}, "
@@ -248,93 +247,15 @@ def allreduce(state: CompressedAllReduce, x: torch.Tensor, comm, step: int = 0,
     return state.decode(got, out=out).view_as(x)
 
 
-# --- as a DDP hook protocol (milktea.distributed.protocols) ------------------------------------
+# --- as a DDP hook protocol (milktea.distributed.protocols.compressed_allreduce) -------------------
 def use_compressed_allreduce(compressor):
     """A copy of `compressor` that the DDP hook (and the simulator) sends through the
     compressed all-reduce instead of its own protocol:
 
         milktea.ddp.compress(model, use_compressed_allreduce(Sign()), error_feedback=True)
     """
-    from milktea.compressors import Compressor
     if not isinstance(compressor, Compressor):
         raise TypeError(f"compressor must be a milktea Compressor (e.g. Sign()), got {type(compressor).__name__}")
     twin = copy.deepcopy(compressor)
     twin.protocol = PROTOCOL
     return twin
-
-
-class CompressedAllReduceProtocol(protocols.Protocol):
-    """The hook's strategy "compressed_allreduce": per parameter one `CompressedAllReduce`
-    (keyed by name, its random streams by name too); per bucket every parameter's chunk
-    packets for rank j travel in one all-to-all payload, and the reduced packets in one
-    all-gather. With error_feedback the ledgers are the protocol's own (both sides)."""
-    collective = "compressed_allreduce"
-
-    def __init__(self, compressor, error_feedback: bool = False, rank: int = 0, world: int = 1):
-        super().__init__(compressor, error_feedback, rank, world)
-        self.cars: dict[str, CompressedAllReduce] = {}
-
-    def accepts(self, shape) -> bool:
-        n = 1
-        for d in shape:
-            n *= d
-        return n >= self.world            # one entry per chunk at least
-
-    def car(self, name: str) -> CompressedAllReduce:
-        if name not in self.cars:
-            self.cars[name] = CompressedAllReduce(self.compressor, self.rank, self.world,
-                                                  error_feedback=self.error_feedback,
-                                                  stream=protocols.stream_of(name))
-        return self.cars[name]
-
-    def run(self, comm, items, step):
-        N = self.world
-        t0 = time.perf_counter()
-        sent = [self.car(it.name).encode(it.tensor) for it in items]
-        payloads = [torch.cat([s[j].to_tensor() for s in sent]) for j in range(N)]
-        protocols._log(comm, step, compress_s=time.perf_counter() - t0,
-                       payload_bytes=sum(p.nbytes for s in sent for p in s))
-        got = all_to_all_bytes(comm, payloads, step)
-        t0 = time.perf_counter()
-        offsets = [0] * N
-        reduced = [self.car(it.name).reduce(_next_packets(got, offsets)) for it in items]
-        payload = torch.cat([q.to_tensor() for q in reduced])
-        protocols._log(comm, step, compress_s=time.perf_counter() - t0)
-        parts = comm.all_gather_bytes(payload, step)
-        t0 = time.perf_counter()
-        offsets = [0] * N
-        for it in items:
-            self.car(it.name).decode(_next_packets(parts, offsets), out=it.tensor.view(-1))
-        protocols._log(comm, step, decode_s=time.perf_counter() - t0)
-
-    def probe(self, tensors, link):
-        c = copy.deepcopy(self.compressor)
-        t0 = time.perf_counter()
-        packets = [c.compress(t) for t in tensors]
-        for p in packets:
-            c.decompress(p)
-        seconds = 2 * (time.perf_counter() - t0)          # compressed twice, decoded twice
-        nbytes = sum(p.nbytes for p in packets)
-        N = self.world
-        return seconds, cost.compressed_allreduce_time(nbytes, N, link) + 2 * cost.allgather_time(8 * N, N, link)
-
-    def state_dict(self) -> dict:
-        return {"cars": {name: car.state_dict() for name, car in self.cars.items()}}
-
-    def load_state_dict(self, state: dict, device=None) -> None:
-        self.cars.clear()
-        for name, saved in state["cars"].items():
-            self.car(name).load_state_dict(saved)
-
-
-def _next_packets(parts, offsets) -> list[Packet]:
-    """The next packet in each rank's byte string (parts[r] from offsets[r]), advancing the offsets."""
-    out = []
-    for r, part in enumerate(parts):
-        p = Packet.from_tensor(part[offsets[r]:])
-        offsets[r] += p.nbytes
-        out.append(p)
-    return out
-
-
-protocols.register(PROTOCOL, CompressedAllReduceProtocol)

@@ -1,7 +1,7 @@
 """What a transformer's gradient teaches: per-layer statistics of the character GPT
 (milktea.gpt) and short side-by-side simulated runs.
 
-    >>> from milktea.gpt import CharGPT
+    >>> from milktea.tasks import CharGPT
     >>> stats = gradient_stats(CharGPT(n_layer=1, n_embd=32), warmup_steps=2)
     >>> row = stats.row("wte.weight")        # the character embedding
     >>> row["zero rows, 1 worker"] > 0.3     # characters this worker's batch never saw
@@ -29,11 +29,11 @@ TINY = 1024          # the DDP hook's default min_size: smaller tensors cross de
 
 
 def _task(task):
-    from ..gpt import CharGPT
+    from ..tasks import CharGPT
     if task is None:
         return CharGPT()
     if not isinstance(task, CharGPT):
-        raise TypeError(f"task must be a milktea.gpt.CharGPT, got {type(task).__name__}")
+        raise TypeError(f"task must be a milktea.tasks.CharGPT, got {type(task).__name__}")
     return task
 
 

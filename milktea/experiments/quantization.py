@@ -17,7 +17,7 @@ import torch
 from ..checks import check_grad, check_positive_int
 from ..i18n import _
 from ..compressors import QSGD, Cast, Chain, Compressor, Quantize, Sign, TopK
-from ..compressors.base import from_bytes
+from ..compressors.wire import from_bytes
 from ..packet import Packet
 
 
