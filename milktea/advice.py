@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from . import cost
 from .checks import check_int, check_number
-from .i18n import _
+from .i18n import N_, _
 from .tables import markdown_table
 from .timing import codec_seconds, median, time_it
 
@@ -93,17 +93,17 @@ def options(codec_ns: dict, layer_shapes=((4096, 4096),), powersgd_rank: int = 4
     # Top-K at 1% (4+1 bytes per kept entry, 1+1 with int8 values and a few scales),
     # 1 byte + a float32 scale per 1024 for int8, 1 bit + one scale for sign
     return [
-        Option("dense", 1.0, "allreduce", ns["dense"], 0, "nothing"),
-        Option("bf16", 2.0, "allreduce", ns["bf16"], 1, "nothing in practice (bf16 keeps fp32's range)"),
+        Option("dense", 1.0, "allreduce", ns["dense"], 0, N_("nothing")),
+        Option("bf16", 2.0, "allreduce", ns["bf16"], 1, N_("nothing in practice (bf16 keeps fp32's range)")),
         Option("powersgd", powersgd_ratio(layer_shapes, powersgd_rank), "allreduce", ns["powersgd"], 3,
-               "error feedback, a few dense warm-up steps, a rank tuned to the model"),
-        Option("int8", 4 / (1 + 4 / 1024), "allgather", ns["int8"], 2, "a chunk size (e.g. 1024) for the scales"),
+               N_("error feedback, a few dense warm-up steps, a rank tuned to the model")),
+        Option("int8", 4 / (1 + 4 / 1024), "allgather", ns["int8"], 2, N_("a chunk size (e.g. 1024) for the scales")),
         Option("topk1%+EF", 100 * 4 / 5, "allgather", ns["topk1%+EF"], 4,
-               "error feedback, warm-up, dense biases and norms"),
+               N_("error feedback, warm-up, dense biases and norms")),
         Option("topk1%+int8+EF", 100 * 4 / 2.05, "allgather", ns["topk1%+int8+EF"], 4,
-               "error feedback, warm-up, dense biases and norms"),
+               N_("error feedback, warm-up, dense biases and norms")),
         Option("sign+EF", 32.0, "allgather", ns["sign+EF"], 4,
-               "error feedback (without it sign SGD stalls), a tuned learning rate"),
+               N_("error feedback (without it sign SGD stalls), a tuned learning rate")),
     ]
 
 
@@ -178,7 +178,7 @@ def advise(params: float, workers: int, gbit: float, compute_s: float, *, latenc
         reasons.append(_("fastest: {v} at {v2:.3g} s per step ({v3:.2f}x)").format(v=best['scheme'], v2=best['step s'], v3=best['speedup']))
         if pick is not best:
             reasons.append(_("{choice} is within {tolerance:.0%} of it ({v:.3g} s) and simpler").format(choice=choice, tolerance=tolerance, v=pick['step s']))
-        reasons.append(_("{choice} needs: {v}").format(choice=choice, v=pick['needs']))
+        reasons.append(_("{choice} needs: {v}").format(choice=choice, v=_(pick['needs'])))
         gathers = [r for r in rows if r["collective"] == "allgather" and r["speedup"] < 1]
         if gathers:
             reasons.append(_("slower than dense here: {v} (all-gathered packets grow with the {workers} workers, or the codec costs more than it saves)").format(v=', '.join(r['scheme'] for r in gathers), workers=workers))

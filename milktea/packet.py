@@ -299,10 +299,12 @@ class Packet:
         return isinstance(other, Packet) and self.to_bytes() == other.to_bytes()
 
     def __repr__(self) -> str:
+        from . import i18n
         parts = ", ".join(f"{p.numel()} B" for p in self.parts)
-        ratio = f"{self.ratio:.1f}x smaller" if self.nbytes else "empty"
+        wire = (i18n._("{nbytes} B on the wire = {ratio:.1f}x smaller") if self.nbytes else i18n._("empty")).format(
+            nbytes=self.nbytes, ratio=self.ratio if self.nbytes else 0.0)
         return (f"Packet({self.codec}, shape={self.shape}, {str(self.dtype).replace('torch.', '')}, "
-                f"params={self.params}, {self.nbytes} B on the wire = {ratio}, parts=[{parts}])")
+                f"params={self.params}, {wire}, parts=[{parts}])")
 
 
 def _parse_header(b: bytes):

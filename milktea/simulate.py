@@ -81,12 +81,17 @@ class History:
         return d
 
     def __repr__(self) -> str:
-        parts = [f"{k} {v[-1]:.4g}" if k != "accuracy" else f"accuracy {v[-1]:.1%}"
-                 for k, v in self.evals.items() if v]
-        ratio = f", R={self.ratio:.1f}x" if self.bytes_sent else ""
-        div = f", DIVERGED at step {self.diverged_at}" if self.diverged_at is not None else ""
-        return (f"History({self.task}, {self.scheme}, {self.workers} workers, {self.steps} steps: "
-                f"{', '.join(parts)}{ratio}, {self.wall_time:.2f}s{div})")
+        from . import i18n
+        from .tables import word
+        sep = i18n._(", ")
+        parts = [i18n._("{name} {value:.4g}").format(name=i18n._(k), value=v[-1]) if k != "accuracy"
+                 else i18n._("accuracy {value:.1%}").format(value=v[-1]) for k, v in self.evals.items() if v]
+        ratio = sep + i18n._("R={ratio:.1f}x").format(ratio=self.ratio) if self.bytes_sent else ""
+        div = sep + i18n._("DIVERGED at step {step}").format(step=self.diverged_at) if self.diverged_at is not None else ""
+        head = i18n._("{task}, {scheme}, {workers} workers, {steps} steps: ").format(
+            task=self.task, scheme=word(str(self.scheme)), workers=self.workers, steps=self.steps)
+        tail = i18n._("{seconds:.2f} s").format(seconds=self.wall_time)
+        return f"History({head}{sep.join(parts)}{ratio}{sep}{tail}{div})"
 
     def plot(self, ax=None, metric: str | None = None, x: str = "step"):
         """Plot `metric` (held-out accuracy if there is one, else the training loss) against
@@ -374,9 +379,11 @@ class SeedDemo:
     topk: History
 
     def __repr__(self) -> str:
-        return (f"SeedDemo(dense error {self.dense_error:.4f}, Top-K+EF error {self.topk_ef_error:.4f}, "
-                f"Top-K without EF {self.topk_error:.4f}; savings: seed's estimate {self.seed_ratio:.1f}x, "
-                f"real packets {self.wire_ratio:.2f}x)")
+        from . import i18n
+        return "SeedDemo(" + i18n._("dense error {dense:.4f}, Top-K+EF error {ef:.4f}, Top-K without EF {topk:.4f}; "
+                               "savings: the seed's estimate {seed:.1f}x, real packets {wire:.2f}x").format(
+            dense=self.dense_error, ef=self.topk_ef_error, topk=self.topk_error, seed=self.seed_ratio,
+            wire=self.wire_ratio) + ")"
 
 
 def seed_demo(steps: int = 60, n_params: int = 1000, k: int = 100, lr: float = 0.1, seed: int = 42,

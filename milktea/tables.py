@@ -13,9 +13,10 @@ library's language (milktea.i18n), so `rows[0]["scheme"]` works in either editio
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 
-from .i18n import N_, _
+from .i18n import N_, _, count, language
 
 # Column names of the course's tables (the rows' keys), marked for the catalog: a table shows
 # its header line through _(), so these read in Chinese in the Chinese edition while code keeps
@@ -35,6 +36,12 @@ COLUMNS = (
     N_("compressed allreduce s"), N_("best"), N_("tensor"), N_("shape"), N_("share of numbers"),
     N_("share of norm^2"), N_("zeros, 1 worker"), N_("zero rows, 1 worker"), N_("zeros, summed"),
     N_("random matrix"), N_("kind"), N_("val loss"), N_("perplexity"), N_("wall s"),
+    N_("model"), N_("params"), N_("setting"), N_("buckets"), N_("predicted ms"), N_("measured ms"),
+    N_("model error"), N_("Top-K keeps"), N_("blocks keep"), N_("exchange every"), N_("exchanges"),
+    N_("MB per worker"), N_("rank"), N_("after {} warm steps"), N_("best possible (SVD)"), N_("label"),
+    N_("step_ms"), N_("payload_mb"), N_("codec_ms"), N_("predicted_ms"), N_("ratio"), N_("top-4 energy"),
+    N_("held-out accuracy"), N_("held-out loss"), N_("step"), N_("needs"), N_("complexity"), N_("step ms"),
+    N_("MB per step"),
 )
 
 
@@ -62,21 +69,72 @@ def pad(text: str, width: int, right: bool = False) -> str:
     return fill + text if right else text + fill
 
 
+# Words that appear as table values (kinds, methods, scheme names that are words): shown
+# through the catalog like the headers. Scheme names such as Top-K or int8 stay as they are.
+VALUES = (
+    N_("dense"), N_("sign"), N_("none"), N_("quantize"), N_("sparsify"), N_("both"), N_("full sort"),
+    N_("partition"), N_("sampled threshold"), N_("sparse rows"), N_("low rank"), N_("tiny"),
+    N_("one bucket"), N_("{} MB buckets"), N_("nothing"), N_("ef"), N_("allreduce"), N_("allgather"),
+    N_("compress"), N_("dense all-reduce"),
+)
+_TIMES = re.compile(r"^([-+]?[\d.,]+)x$")
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def word(v: str) -> str:
+    """A text cell or column name as shown: its translation where the catalog has one; else
+    the translation of its template with the numbers put back ("all-reduce at 25 Gbit/s (s)"
+    through "all-reduce at {} Gbit/s (s)"); a name joined with + (sign+ef) part by part; a
+    ratio written 3.0x reads 3.0× in Chinese.
+
+    >>> word("partition"), word("8.0x"), word("all-reduce at 25 Gbit/s (s)")
+    ('partition', '8.0x', 'all-reduce at 25 Gbit/s (s)')
+    """
+    shown = _(v)
+    if shown != v:
+        return shown
+    numbers = _NUMBER.findall(v)
+    if numbers:
+        template = _NUMBER.sub("{}", v)
+        shown = _(template)
+        if shown != template:
+            return shown.format(*numbers)
+    if language() == "zh" and _TIMES.match(v):
+        return _TIMES.sub(r"\1×", v)
+    if ", " in v:  # a list of words ("pearls, sugar"): 珍珠、糖度 in Chinese
+        return listing(v.split(", "))
+    if "+" in v:
+        return "+".join(_(part) for part in v.split("+"))
+    return v
+
+
+def listing(words) -> str:
+    """Words joined as the language lists them: "pearls, sugar" / "珍珠、糖度"."""
+    return _(", ").join(word(str(w)) for w in words)
+
+
 def fmt(v, digits: int = 3) -> str:
-    """A cell: ints with thousands separators, floats with `digits` significant digits,
-    booleans as yes / no."""
+    """A cell: ints with thousands separators, floats with `digits` significant digits (a
+    very large one as a count: 25.6M, 2560 万), booleans as yes / no, words as the catalog
+    says (see `word`)."""
     if v is None:
         return ""
     if isinstance(v, bool):
         return yes_no(v)
     if isinstance(v, int):
-        return f"{v:,}"
+        return f"{v:,}" if language() != "zh" or abs(v) < 10 ** 8 else count(v)
     if isinstance(v, float):
         if math.isnan(v):
             return "–"
-        if v != 0 and (abs(v) >= 10 ** (digits + 3) or abs(v) < 10 ** -(digits + 1)):
+        if abs(v) >= 10 ** (digits + 3):
+            return count(v, digits)
+        if v != 0 and abs(v) < 10 ** -(digits + 1):
             return f"{v:.{digits - 1}e}"
         return f"{v:.{digits}g}" if abs(v) < 10 ** digits else f"{v:,.0f}"
+    if isinstance(v, str):
+        return word(v)
     return str(v)
 
 
@@ -100,9 +158,9 @@ def markdown_table(rows: list[dict], columns: list[str] | None = None, digits: i
 
     def cell(row, c):
         v = row.get(c)
-        return formats[c].format(v) if c in formats and v not in (None, "") else fmt(v, digits)
+        return word(formats[c].format(v)) if c in formats and v not in (None, "") else fmt(v, digits)
 
-    lines = ["| " + " | ".join(_(c) for c in columns) + " |", "| " + " | ".join("---" for _c in columns) + " |"]
+    lines = ["| " + " | ".join(word(c) for c in columns) + " |", "| " + " | ".join("---" for _c in columns) + " |"]
     lines += ["| " + " | ".join(cell(r, c) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
 
@@ -120,7 +178,7 @@ def html_table(rows: list[dict], columns: list[str] | None = None, digits: int =
     if not rows:
         raise ValueError("html_table needs at least one row")
     columns = columns or list(rows[0])
-    head = "".join(f"<th style='padding:2px 8px'>{html.escape(_(c))}</th>" for c in columns)
+    head = "".join(f"<th style='padding:2px 8px'>{html.escape(word(c))}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(fmt(r.get(c), digits))}</td>"
                                     for c in columns) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -159,11 +217,11 @@ def text_table(rows: list[dict], columns: list[str], formats: dict[str, str] | N
         v = row.get(c)
         if v is None or (isinstance(v, str) and not v):
             return ""
-        return formats[c].format(v) if c in formats else str(v)
+        return word(formats[c].format(v)) if c in formats else fmt(v) if isinstance(v, (bool, str)) else str(v)
 
     noted = [note is not None and bool(r.get(note)) for r in rows]
     cells = [[cell(r, c) for c in columns] for r in rows]
-    heads = [_(c) for c in columns]
+    heads = [word(c) for c in columns]
     widths = [max([display_width(h)] + [display_width(row[i]) for row, n in zip(cells, noted) if not n or i == 0])
               for i, h in enumerate(heads)]
 

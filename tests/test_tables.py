@@ -50,7 +50,7 @@ def test_comparison_table_shows_every_figure_and_the_failed_scheme():
     c = Comparison(results, cost.Link.gbit(1), {"forward_s": 1e-3, "backward_s": 2e-3, "optimizer_s": 5e-4},
                    "this machine", 2, "gloo", {"steps": 6, "batch": 32})
     text = c.table()
-    assert "2 workers (gloo), 1.00M parameters, 6 steps of 32 examples" in text
+    assert "2 workers (gloo), 1M parameters, 6 steps of 32 examples" in text
     assert "forward 1.0 ms, backward 2.0 ms, optimizer 0.5 ms" in text
     assert _column(text, "step ms")[:2] == ["   20.0", "    5.0"]          # right-aligned
     assert _column(text, "speedup")[:2] == ["  1.00x", "  4.00x"]
@@ -58,6 +58,10 @@ def test_comparison_table_shows_every_figure_and_the_failed_scheme():
     assert _column(text, "ratio")[:2] == [" 1.0x", "50.0x"]
     assert _column(text, "model err")[:2] == ["   +25.0%", "   +25.0%"]
     assert _column(text, "test acc")[:2] == ["  95.12%", "  93.00%"]
+    from milktea import i18n
+    with i18n.speaking("zh"):
+        zh = c.table()
+    assert "2 个工作节点（gloo），100 万参数" in zh and "每步 MB 数" in zh and "稠密全归约" in zh
     assert "\nSign+EF           not run (see note)\n" in text
     assert "note: Sign+EF: WorkerError: rank 1 died" in text
 

@@ -23,6 +23,7 @@ import traceback
 import torch.distributed as dist
 
 from milktea import cost
+from milktea.i18n import _
 from milktea.distributed import schemes
 from milktea.distributed.calibrate import DEFAULT_SIZES
 from milktea.distributed.launch import launch, report
@@ -184,18 +185,18 @@ def compare(names=schemes.COMPARE_DEFAULT, config=None, *, workers: int = 2, net
             from milktea.distributed.netns import NetnsLink
             with NetnsLink(workers, rate_bits=netns_gbit * 1e9) as net:
                 out = launch(_worker, workers, args, on_message=bars, netns=net, **limits)
-            where = f"{netns_gbit:g} Gbit/s tc-shaped veth link between network namespaces"
+            where = _("{gbit:g} Gbit/s tc-shaped veth link between network namespaces").format(gbit=netns_gbit)
         else:
             out = launch(_worker, workers, args, on_message=bars, **limits)
-            where = (f"emulated {link_gbit:g} Gbit/s link, {latency_us:g} us latency" if link_gbit
-                     else "the real link as it is (loopback)")
+            where = (_("emulated {gbit:g} Gbit/s link, {us:g} us latency").format(gbit=link_gbit, us=latency_us)
+                     if link_gbit else _("the real link as it is (loopback)"))
     finally:
         progress_bars.close()
     model_link = cost.Link(*out["model_link"])
     for res in out["results"]:
         for rec in res.get("records", []):
             rec["predicted_s"] = predict_step(step_compute(rec, out["compute"]), rec, model_link, workers)
-    where += ", schemes interleaved step by step" if out["interleaved"] else ", one scheme after another"
+    where += _(", ") + (_("schemes interleaved step by step") if out["interleaved"] else _("one scheme after another"))
     return Comparison(out["results"], model_link, out["compute"], where, workers, out["backend"], cfg,
                       floor_s=out["floor_s"])
 

@@ -6,10 +6,13 @@ import os
 from dataclasses import dataclass
 
 from milktea import cost
-from milktea.tables import text_table
+from milktea.i18n import N_, _, count
+from milktea.tables import text_table, word
 from milktea.timing import median
 
-# Comparison.table's figures: heading -> (key in Comparison.rows, format)
+# Comparison.table's figures: heading -> (key in Comparison.rows, format); headings shown through the catalog
+_HEADINGS = (N_("step ms"), N_("speedup"), N_("MB/step"), N_("ratio"), N_("model ms"), N_("model err"),
+             N_("codec ms"), N_("loss"), N_("test acc"))
 _FIGURES = {"step ms": ("step_ms", "{:.1f}"), "speedup": ("speedup", "{:.2f}x"), "MB/step": ("payload_mb", "{:.3f}"),
             "ratio": ("ratio", "{:.1f}x"), "model ms": ("predicted_ms", "{:.1f}"),
             "model err": ("model_error", "{:+.1%}"), "codec ms": ("codec_ms", "{:.1f}"),
@@ -90,30 +93,34 @@ class Comparison:
     def table(self) -> str:
         c = self.compute
         params = next((r["params"] for r in self.results if "params" in r), 0)
-        lines = [f"{self.workers} workers ({self.backend}), {params / 1e6:.2f}M parameters, "
-                 f"{self.config['steps']} steps of {self.config['batch']} examples per worker, {self.where}",
-                 f"cost model calibrated on this link: {self.model_link!r}; compute alone: forward "
-                 f"{1e3 * c['forward_s']:.1f} ms, backward {1e3 * c['backward_s']:.1f} ms, "
-                 f"optimizer {1e3 * c['optimizer_s']:.1f} ms (step times: median after {self.skip} warm-up steps)",
+        lines = [_("{workers} workers ({backend}), {params} parameters, {steps} steps of {batch} examples per "
+                   "worker, {where}").format(workers=self.workers, backend=self.backend, params=count(params),
+                                             steps=self.config["steps"], batch=self.config["batch"], where=self.where),
+                 _("cost model calibrated on this link: {link}; compute alone: forward {f:.1f} ms, backward "
+                   "{b:.1f} ms, optimizer {o:.1f} ms (step times: median after {skip} warm-up steps)").format(
+                     link=repr(self.model_link), f=1e3 * c["forward_s"], b=1e3 * c["backward_s"],
+                     o=1e3 * c["optimizer_s"], skip=self.skip),
                  ""]
-        shown = [{"scheme": r["label"], "error": "not run (see note)" if "error" in r else None,
+        shown = [{"scheme": word(r["label"]), "error": _("not run (see note)") if "error" in r else None,
                   **{head: r.get(key) for head, (key, _f) in _FIGURES.items()}} for r in self.rows]
         lines.append(text_table(shown, ["scheme", *_FIGURES], {head: f for head, (_k, f) in _FIGURES.items()},
                                 right=_FIGURES, note="error"))
-        notes = [f"{r['label']}: {r['error']}" for r in self.rows if "error" in r]
+        notes = [_("{label}: {error}").format(label=word(r["label"]), error=r["error"])
+                 for r in self.rows if "error" in r]
         for res in self.results:
             if res.get("decisions"):
                 d = res["decisions"]
-                why = "; ".join(f"bucket {x['bucket']}: {x['decision']} (dense {1e3 * x['dense_s']:.1f} ms vs "
-                                f"codec {1e3 * x['codec_s']:.1f} + link {1e3 * x['compressed_comm_s']:.1f} ms)"
-                                for x in d)
-                notes.append(f"{res['label']} compressed {sum(x['decision'] == 'compress' for x in d)} of "
-                             f"{len(d)} buckets: {why}")
+                why = _("; ").join(_("bucket {bucket}: {decision} (dense {dense:.1f} ms vs codec {codec:.1f} + link "
+                                     "{link:.1f} ms)").format(bucket=x["bucket"], decision=_(x["decision"]),
+                                                              dense=1e3 * x["dense_s"], codec=1e3 * x["codec_s"],
+                                                              link=1e3 * x["compressed_comm_s"]) for x in d)
+                notes.append(_("{label} compressed {n} of {total} buckets: {why}").format(
+                    label=word(res["label"]), n=sum(x["decision"] == "compress" for x in d), total=len(d), why=why))
         lines.append("")
-        lines.append("MB/step: what one worker hands to collectives per step; model: the calibrated cost "
-                     "model for the collectives each scheme issued, plus the measured compute and the slowest "
-                     "rank's codec time (each collective waits for it).")
-        lines += [f"note: {n}" for n in notes]
+        lines.append(_("MB/step: what one worker hands to collectives per step; model: the calibrated cost "
+                       "model for the collectives each scheme issued, plus the measured compute and the slowest "
+                       "rank's codec time (each collective waits for it)."))
+        lines += [_("note: {note}").format(note=n) for n in notes]
         bound = self.floor_line()
         if bound:
             lines.append(bound)
@@ -137,11 +144,12 @@ class Comparison:
         if self.floor_s is None or not rows:
             return ""
         best = max(rows, key=lambda r: r["speedup"])
-        return (f"floor: error feedback's least memory work takes {1e3 * self.floor_s:.1f} ms per step here "
-                f"(a model-sized ledger += the gradient, the gradient's buffer rewritten; every rank at once), "
-                f"so a scheme with error feedback steps no faster than compute + that + its link time: for "
-                f"{best['label']}'s bytes {self._floor_ms(best):.0f} ms, {self.bound(best):.2f}x dense at most "
-                f"(measured {best['speedup']:.2f}x).")
+        return _("floor: error feedback's least memory work takes {floor:.1f} ms per step here (a model-sized "
+                 "ledger += the gradient, the gradient's buffer rewritten; every rank at once), so a scheme with "
+                 "error feedback steps no faster than compute + that + its link time: for {label}'s bytes "
+                 "{ms:.0f} ms, {bound:.2f}x dense at most (measured {measured:.2f}x).").format(
+            floor=1e3 * self.floor_s, label=word(best["label"]), ms=self._floor_ms(best), bound=self.bound(best),
+            measured=best["speedup"])
 
     def __repr__(self) -> str:
         return self.table()
@@ -154,19 +162,20 @@ class Comparison:
         import matplotlib.pyplot as plt
         rows = [r for r in self.rows if "error" not in r]
         if ax is None:
-            _, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.2))
+            _fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.2))
         comp = 1e3 * sum(self.compute.values())
         for i, r in enumerate(rows):
             codec = min(r["codec_ms"], max(0.0, r["step_ms"] - comp))
             wait = max(0.0, r["step_ms"] - comp - codec)
-            ax.barh(i, comp, color="tab:blue", label="compute" if i == 0 else None)
-            ax.barh(i, codec, left=comp, color="tab:green", label="compress + decode" if i == 0 else None)
-            ax.barh(i, wait, left=comp + codec, color="tab:orange", label="waiting for the link" if i == 0 else None)
-            ax.plot(r["predicted_ms"], i, "kx", label="cost model" if i == 0 else None)
-        ax.set_yticks(range(len(rows)), [r["label"] for r in rows])
+            ax.barh(i, comp, color="tab:blue", label=_("compute") if i == 0 else None)
+            ax.barh(i, codec, left=comp, color="tab:green", label=_("compress + decode") if i == 0 else None)
+            ax.barh(i, wait, left=comp + codec, color="tab:orange",
+                    label=_("waiting for the link") if i == 0 else None)
+            ax.plot(r["predicted_ms"], i, "kx", label=_("cost model") if i == 0 else None)
+        ax.set_yticks(range(len(rows)), [word(r["label"]) for r in rows])
         ax.invert_yaxis()
-        ax.set_xlabel("ms per step")
-        ax.set_title(f"step time, {self.where.split(',')[0]}")
+        ax.set_xlabel(_("ms per step"))
+        ax.set_title(_("step time, {where}").format(where=self.where.split(_(", "))[0]))
         ax.legend(loc="lower right", fontsize="small")
         return ax
 
@@ -174,7 +183,7 @@ class Comparison:
         """Training loss against steps and against wall-clock time."""
         import matplotlib.pyplot as plt
         if axes is None:
-            _, axes = plt.subplots(1, 2, figsize=(11, 4))
+            _fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         for res in self.results:
             if "records" not in res:
                 continue
@@ -183,12 +192,12 @@ class Comparison:
             for r in res["records"]:
                 t += r["step_s"]
                 clock.append(t)
-            axes[0].plot(range(1, len(loss) + 1), loss, label=res["label"])
-            axes[1].plot(clock, loss, label=res["label"])
-        axes[0].set_xlabel("step")
-        axes[1].set_xlabel("seconds")
+            axes[0].plot(range(1, len(loss) + 1), loss, label=word(res["label"]))
+            axes[1].plot(clock, loss, label=word(res["label"]))
+        axes[0].set_xlabel(_("step"))
+        axes[1].set_xlabel(_("seconds"))
         for ax in axes:
-            ax.set_ylabel("training loss")
+            ax.set_ylabel(_("training loss"))
             ax.set_yscale("log")
         axes[1].legend(fontsize="x-small")
         return axes

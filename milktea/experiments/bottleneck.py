@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from .. import cost
-from ..i18n import N_, _
+from ..i18n import N_, _, count
 from ..checks import check_int
 
 # Parameter counts of well-known models (public figures, rounded).
@@ -44,9 +44,10 @@ class Breakdown:
         return cost.waiting_fraction(self.compute, self.comm_ring) if self.step_ring > 0 else 0.0
 
     def __repr__(self) -> str:
-        return (f"Breakdown({self.params:.3g} params, {self.workers} workers, {self.link}: compute "
-                f"{self.compute:.3g}s, ring {self.comm_ring:.3g}s, server {self.comm_ps:.3g}s, "
-                f"waiting {self.waiting:.1%})")
+        return "Breakdown(" + _("{params} parameters, {workers} workers, {link}: compute {compute}, ring "
+                                "{ring}, server {server}, waiting {waiting:.1%}").format(
+            params=count(self.params), workers=self.workers, link=self.link, compute=seconds(self.compute),
+            ring=seconds(self.comm_ring), server=seconds(self.comm_ps), waiting=self.waiting) + ")"
 
 
 def breakdown(params: float, workers: int, gbit: float, compute: float, bytes_per_param: int = 4,
@@ -58,6 +59,11 @@ def breakdown(params: float, workers: int, gbit: float, compute: float, bytes_pe
     return Breakdown(float(params), workers, link, float(compute), m,
                      cost.ring_allreduce_time(m, workers, link),
                      cost.parameter_server_time(m, workers, link))
+
+
+# gradient_table's columns (tables.heading shows "all-reduce at 25 Gbit/s (s)" through the template)
+GRADIENT_COLUMNS = (N_("model"), N_("params"), N_("fp32 gradient (GB)"), N_("ring bytes per worker (GB)"),
+                    N_("all-reduce at {} Gbit/s (s)"))
 
 
 def gradient_table(models: dict[str, float] | None = None, workers: int = 64,
@@ -150,8 +156,10 @@ class AllReduceMeasurement:
         return np.array([cost.ring_allreduce_time(m, self.workers, self.link) for m in sizes])
 
     def __repr__(self) -> str:
-        return (f"AllReduceMeasurement({self.workers} workers, {self.backend}, {len(self.sizes)} sizes "
-                f"{self.sizes[0]}..{self.sizes[-1]} B, fitted {self.link}, sum correct: {self.correct})")
+        return "AllReduceMeasurement(" + _("{workers} workers, {backend}, {n} sizes {low}..{high} B, fitted "
+                                           "{link}, sum correct: {correct}").format(
+            workers=self.workers, backend=self.backend, n=len(self.sizes), low=self.sizes[0], high=self.sizes[-1],
+            link=self.link, correct=_("yes") if self.correct else _("no")) + ")"
 
 
 def _measure_worker(sizes, repeats):
@@ -203,9 +211,11 @@ class PhoneNight:
     ring_hours: float            # each branch phones only its neighbour (ring all-reduce)
 
     def __repr__(self) -> str:
-        return (f"PhoneNight({self.branches} branches, {self.lines} lines at {self.lines_per_second:g}/s: "
-                f"head office {seconds(self.head_office_hours * 3600)}, ring {seconds(self.ring_hours * 3600)}, "
-                f"work {seconds(self.work_hours * 3600)})")
+        return "PhoneNight(" + _("{branches} branches, {lines} lines at {rate:g}/s: head office {ps}, ring "
+                                 "{ring}, work {work}").format(
+            branches=self.branches, lines=self.lines, rate=self.lines_per_second,
+            ps=seconds(self.head_office_hours * 3600), ring=seconds(self.ring_hours * 3600),
+            work=seconds(self.work_hours * 3600)) + ")"
 
 
 def phone_night(branches: int = 64, lines: int = 5000, lines_per_second: float = 0.5,
@@ -228,7 +238,7 @@ def seconds(x: float) -> str:
     """A duration in words a reader can compare: ms, s, min, h or days."""
     if not math.isfinite(x):
         return str(x)
-    for unit, size in ((N_("days"), 86400), ("h", 3600), ("min", 60), ("s", 1)):
+    for unit, size in ((N_("days"), 86400), (N_("h"), 3600), (N_("min"), 60), (N_("s"), 1)):
         if x >= size:
             return f"{x / size:.3g} {_(unit)}"
     return f"{x * 1e3:.3g} ms"

@@ -21,21 +21,21 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import cost
-from ..i18n import _
+from ..i18n import N_, _
 from ..timing import median, time_it
 
 # How much a scheme asks of its user: (score 0..4, what it takes)
 COMPLEXITY = {
-    "dense": (0, "nothing"),
-    "torch-fp16": (1, "one line; fp16 range"), "torch-bf16": (1, "one line"), "fp16": (1, "fp16 range"),
-    "bf16": (1, "nothing"),
-    "int8": (2, "chunk size"), "int4": (2, "chunk size, stochastic rounding"), "qsgd": (2, "levels"),
-    "terngrad": (2, "nothing"),
-    "torch-powersgd": (3, "rank, warm-up"), "torch-batched-powersgd": (3, "rank, warm-up"),
-    "powersgd": (3, "rank, error feedback"),
-    "topk": (4, "ratio, error feedback, warm-up"), "topk-approx": (4, "ratio, error feedback, warm-up"),
-    "topk-int8": (4, "ratio, error feedback, warm-up"), "randomk": (4, "ratio, error feedback"),
-    "sign": (4, "error feedback, learning rate"), "auto": (4, "a calibrated link model"),
+    "dense": (0, N_("nothing")),
+    "torch-fp16": (1, N_("one line; fp16 range")), "torch-bf16": (1, N_("one line")), "fp16": (1, N_("fp16 range")),
+    "bf16": (1, N_("nothing")),
+    "int8": (2, N_("chunk size")), "int4": (2, N_("chunk size, stochastic rounding")), "qsgd": (2, N_("levels")),
+    "terngrad": (2, N_("nothing")),
+    "torch-powersgd": (3, N_("rank, warm-up")), "torch-batched-powersgd": (3, N_("rank, warm-up")),
+    "powersgd": (3, N_("rank, error feedback")),
+    "topk": (4, N_("ratio, error feedback, warm-up")), "topk-approx": (4, N_("ratio, error feedback, warm-up")),
+    "topk-int8": (4, N_("ratio, error feedback, warm-up")), "randomk": (4, N_("ratio, error feedback")),
+    "sign": (4, N_("error feedback, learning rate")), "auto": (4, N_("a calibrated link model")),
 }
 
 
@@ -142,6 +142,7 @@ def repriced(comparison, gbit: float, latency: float | None = None, keep_residua
 
 
 STAGES = ("compute", "compress", "encode", "communicate", "decode", "update")
+STAGE_NAMES = (N_("compute"), N_("compress"), N_("encode"), N_("communicate"), N_("decode"), N_("update"))
 
 
 def stage_times(comparison, scheme: str, compressor=None, repeats: int = 3) -> list[dict]:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from ..feedback import DGC
+from ..i18n import N_
 from ..simulate import simulate
 from ..tasks import Digits
 
@@ -18,6 +19,10 @@ VARIANTS = {
     "DGC without gradient clipping": (dict(clip=False), False),
     "DGC without warm-up": (dict(warmup=False), False),
 }
+# the names as tables and legends show them (through the catalog)
+VARIANT_NAMES = (N_("dense SGD, momentum 0.9"), N_("Top-K + ledger, optimizer momentum"), N_("DGC, all four techniques"),
+                 N_("DGC without momentum correction"), N_("DGC without factor masking"),
+                 N_("DGC without gradient clipping"), N_("DGC without warm-up"))
 
 
 def ablation(task=None, ratio: float = 0.001, workers: int = 8, steps: int = 200, lr: float = 0.1,

@@ -21,9 +21,12 @@ from ..feedback import ErrorFeedback
 from ..index import ENCODINGS
 from ..simulate import History, simulate
 from ..checks import check_int
+from ..i18n import N_
 from ..tasks import Digits, Quadratic, Task
 
 ITEMS = ("pearls", "sugar", "tea", "ice", "milk", "foam")
+# How the story names them (shown through the catalog: 珍珠、糖度、茶底、冰、牛奶、奶盖)
+ITEM_NAMES = (N_("pearls"), N_("sugar"), N_("tea"), N_("ice"), N_("milk"), N_("foam"))
 
 
 def shop_adjustments(nights: int = 12, seed: int = 3) -> tuple[tuple[str, ...], np.ndarray]:

@@ -5,6 +5,7 @@ import numpy as np
 
 from ..experiments.compression import Measurement
 from .bottleneck import _ax
+from ..tables import word
 from ..i18n import _
 
 FAMILY_STYLE = {"Top-K": ("o-", "tab:blue"), "Random-K": ("v--", "tab:gray"),
@@ -16,7 +17,7 @@ def tradeoff_plot(curves: dict[str, list[Measurement]], ax=None, highlight: Meas
     ax = _ax(ax, (6, 4))
     for name, ms in curves.items():
         style, color = FAMILY_STYLE.get(name, ("o-", None))
-        ax.plot([m.ratio for m in ms], [m.rel_error for m in ms], style, color=color, label=name, ms=5)
+        ax.plot([m.ratio for m in ms], [m.rel_error for m in ms], style, color=color, label=word(name), ms=5)
         if name == "quantize":
             for m in ms:
                 # above the point: below it, a label near zero error (int8) falls off the axes

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from .quantization import _ax, _fig
+from ..tables import word
 from ..i18n import N_, _
 
 COLORS = {"compute": "tab:blue", "compress": "tab:green", "encode": "tab:olive", "communicate": "tab:orange",
@@ -29,7 +30,7 @@ def pipeline(stages, ax=None, title: str = ""):
         x = i * (w + gap)
         ax.add_patch(FancyBboxPatch((x, 1.0), w, 0.9, boxstyle="round,pad=0.03", fc=COLORS.get(s["stage"], "w"),
                                     alpha=0.85, ec="k"))
-        ax.text(x + w / 2, 1.62, s["stage"], ha="center", va="center", fontsize=9, color="white", weight="bold")
+        ax.text(x + w / 2, 1.62, _(s["stage"]), ha="center", va="center", fontsize=9, color="white", weight="bold")
         ax.text(x + w / 2, 1.27, f"{1e3 * s['seconds']:.1f} ms", ha="center", va="center", fontsize=9, color="white")
         if i < n - 1:
             ax.add_patch(FancyArrowPatch((x + w + 0.03, 1.45), (x + w + gap - 0.03, 1.45), arrowstyle="-|>",
@@ -65,7 +66,7 @@ def live(series: dict, fig=None, status: str = ""):
         for name, s in series.items():
             if s["step"]:
                 ys = s[key]
-                ax.plot(s["step"], ys, label=name, lw=1.4)
+                ax.plot(s["step"], ys, label=word(name), lw=1.4)
         ax.set_title(_(label), fontsize=10)
         if log and any(s[key] for s in series.values()):
             ax.set_yscale("log")

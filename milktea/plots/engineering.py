@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .quantization import _ax, _fig
+from ..tables import word
 from ..i18n import N_, _
 
 
@@ -35,8 +36,8 @@ def gantt_grid(predicted: dict, measured: dict, fig=None):
     fig, axes = _fig(fig, (11, 1.7 * len(labels) + 0.6), ncols=2, nrows=len(labels), sharex=True)
     xmax = 1.05 * max(max(t.total for t in measured.values()), max(t.total for t in predicted.values()))
     for i, label in enumerate(labels):
-        gantt(axes[2 * i], predicted[label], _("{label}, predicted").format(label=label), xmax)
-        gantt(axes[2 * i + 1], measured[label], _("{label}, measured").format(label=label), xmax)
+        gantt(axes[2 * i], predicted[label], _("{label}, predicted").format(label=word(label)), xmax)
+        gantt(axes[2 * i + 1], measured[label], _("{label}, measured").format(label=word(label)), xmax)
     for ax in axes[-2:]:
         ax.set_xlabel(_("ms since the step began"))
     axes[1].legend(loc="upper right", fontsize="x-small")
@@ -69,7 +70,7 @@ def index_costs(rows, block: int = 32, fig=None):
     r = [row["ratio"] for row in rows]
     for name, style in (("int32", "o-"), ("delta8", "s-"), ("varint", "^-"), ("bitmap", "v-"),
                         (f"block{block}", "D-")):
-        a.loglog(r, [row[f"{name} B/entry"] for row in rows], style, label=name)
+        a.loglog(r, [row[f"{name} B/entry"] for row in rows], style, label=word(name))
     a.set_xlabel(_("share of entries kept, k/n"))
     a.set_ylabel(_("index bytes per kept entry"))
     a.set_title(_("what 'where' costs"))
@@ -112,7 +113,7 @@ def speedup(curves, breakeven: dict | None = None, ax=None):
     for name, ys in curves.items():
         if name == "gbit":
             continue
-        line, = ax.loglog(curves["gbit"], ys, label=name)
+        line, = ax.loglog(curves["gbit"], ys, label=word(name))
         if breakeven and np.isfinite(breakeven.get(name, np.inf)) and breakeven[name] > 0:
             ax.axvline(breakeven[name], color=line.get_color(), ls=":", lw=1)
     ax.axhline(1.0, color="k", lw=1)

@@ -5,6 +5,7 @@ import numpy as np
 
 from ..experiments.ledger import LedgerTrace
 from .bottleneck import _ax
+from ..tables import word
 from ..i18n import _
 
 
@@ -22,7 +23,7 @@ def ledger_night(trace: LedgerTrace, t: int, axes, item: str = "ice"):
     ax0.bar(x + 0.27, total, width=0.27, color=np.where(chosen, "tab:red", "white"), edgecolor="black",
             lw=0.6, label=_("sum (red: read out)"))
     ax0.axhline(0, color="black", lw=0.5)
-    ax0.set_xticks(x, trace.items)
+    ax0.set_xticks(x, [_(i) for i in trace.items])
     lim = np.abs(np.concatenate([trace.before + trace.grads, trace.grads])).max() * 1.15
     ax0.set_ylim(-lim, lim)
     ax0.legend(fontsize=7, loc="lower left", ncol=3)
@@ -36,7 +37,7 @@ def ledger_night(trace: LedgerTrace, t: int, axes, item: str = "ice"):
     lo = min(0, trace.truth(item).min(), trace.delivered(item).min()) * 1.1
     ax1.set_ylim(lo, max(trace.truth(item).max(), trace.delivered(item).max()) * 1.1 + 1e-9)
     ax1.set_xlabel(_("night"))
-    ax1.set_title(_("running total for '{item}'").format(item=item), fontsize=10)
+    ax1.set_title(_("running total for '{item}'").format(item=_(item)), fontsize=10)
     ax1.legend(fontsize=8, loc="upper left")
     return axes
 
@@ -48,7 +49,7 @@ def seed_curves(demo, ax=None):
     for h, label, style in ((demo.dense, "dense", "k-"), (demo.topk_ef, "Top-K + ledger", "-"),
                             (demo.topk, "Top-K, no ledger", "--")):
         err = np.sqrt(2 * np.asarray(h.loss))
-        ax.plot(np.arange(len(err)), err, style, label=label)
+        ax.plot(np.arange(len(err)), err, style, label=word(label))
     ax.set_yscale("log")
     ax.set_xlabel(_("step"))
     ax.set_ylabel("||w - w*||")
@@ -65,8 +66,8 @@ def feedback_runs(runs: dict, axes=None):
     ax0, ax1 = axes
     styles = {"dense": "k-", "Top-K + ledger": "-", "Top-K, no ledger": "--"}
     for name, h in runs.items():
-        ax0.plot(h.eval_steps, h.evals["accuracy"], styles.get(name, "-"), label=name)
-        ax1.plot(np.arange(1, h.steps + 1), h.loss, styles.get(name, "-"), label=name, lw=0.8)
+        ax0.plot(h.eval_steps, h.evals["accuracy"], styles.get(name, "-"), label=word(name))
+        ax1.plot(np.arange(1, h.steps + 1), h.loss, styles.get(name, "-"), label=word(name), lw=0.8)
     ax0.set_xlabel(_("step"))
     ax0.set_ylabel(_("held-out accuracy"))
     ax0.legend(fontsize=8)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from ..tables import word
 from ..i18n import _
 
 
@@ -61,7 +62,7 @@ def chunk_sweep(curves: dict, ax=None):
     for label, rows in curves.items():
         xs = [r["bits/entry"] for r in rows]
         ys = [r["relative error"] for r in rows]
-        line, = ax.plot(xs, ys, "o-", label=label)
+        line, = ax.plot(xs, ys, "o-", label=word(label))
         for r in rows:
             ax.annotate(str(r["chunk"]), (r["bits/entry"], r["relative error"]), fontsize=7,
                         textcoords="offset points", xytext=(3, 3), color=line.get_color())

@@ -6,6 +6,7 @@ import numpy as np
 from ..experiments.topk import SelectionTiming, TopKView
 from .bottleneck import _ax
 from ..i18n import _
+from ..tables import word
 
 ENCODING_STYLE = {"int32": ("o-", "tab:red"), "delta8": ("s-", "tab:blue"), "varint": ("^-", "tab:green"),
                   "bitmap": ("D-", "tab:purple")}
@@ -15,13 +16,13 @@ def selection_plot(t: SelectionTiming, ax=None):
     """Median seconds of each selector against the tensor size (log-log)."""
     ax = _ax(ax, (6, 4))
     for name, times in t.times.items():
-        ax.plot(t.sizes[:len(times)], times, "o-", label=name)
+        ax.plot(t.sizes[:len(times)], times, "o-", label=word(name))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(_("entries n"))
     ax.set_ylabel(_("seconds (median)"))
     ax.legend(fontsize=8)
-    where = f"{t.device}, {t.threads} thread{'s' if t.threads > 1 else ''}" if t.device == "cpu" else t.device
+    where = (_("CPU, {n} thread(s)").format(n=t.threads) if t.device == "cpu" else t.device.upper())
     ax.set_title(_("find the top {density:.0%} ({where})").format(density=t.density, where=where), fontsize=10)
     return ax
 
@@ -50,7 +51,7 @@ def norm_share_plot(curves: dict[str, tuple[np.ndarray, np.ndarray]], ax=None, m
     what Random-K keeps on average."""
     ax = _ax(ax, (5.5, 4))
     for name, (s, share) in curves.items():
-        ax.plot(s, share, label=name)
+        ax.plot(s, share, label=word(name))
         if mark is not None:
             i = min(np.searchsorted(s, mark), len(s) - 1)
             ax.plot([s[i]], [share[i]], "o", color=ax.lines[-1].get_color())

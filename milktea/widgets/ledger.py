@@ -6,6 +6,7 @@ import ipywidgets as w
 from ..experiments.ledger import ledger_trace, shop_adjustments
 from ..plots.ledger import ledger_night
 from ..i18n import _
+from ..tables import listing
 from .panel import slider_style, table, view
 
 
@@ -23,11 +24,12 @@ def ledger_view(nights: int = 12, k: int = 2, item: str = "ice") -> w.VBox:
         t = night - 1
         col = tr.items.index(item)
         info = tr.night(t)
-        html = table([(_("read out tonight"), ", ".join(info["chosen"])),
-                      (_("'{item}' in the ledger after tonight").format(item=item), f"{tr.after[t, col]:+.2f}"),
-                      (_("'{item}' heard so far, with the ledger").format(item=item), f"{tr.delivered(item)[t]:+.2f}"),
-                      (_("'{item}' heard so far, without").format(item=item), f"{tr.delivered(item, False)[t]:+.2f}"),
-                      (_("'{item}' in truth").format(item=item), f"{tr.truth(item)[t]:+.2f}")])
+        name = _(item)
+        html = table([(_("read out tonight"), listing(info["chosen"])),
+                      (_("'{item}' in the ledger after tonight").format(item=name), f"{tr.after[t, col]:+.2f}"),
+                      (_("'{item}' heard so far, with the ledger").format(item=name), f"{tr.delivered(item)[t]:+.2f}"),
+                      (_("'{item}' heard so far, without").format(item=name), f"{tr.delivered(item, False)[t]:+.2f}"),
+                      (_("'{item}' in truth").format(item=name), f"{tr.truth(item)[t]:+.2f}")])
         return html, lambda fig: ledger_night(tr, t, fig.subplots(1, 2), item=item)
 
     return view(controls, update, figsize=(10, 3.6), title=_("The old ledger"),

@@ -109,11 +109,27 @@ def _is_prose(token: str, allow) -> bool:
     return False
 
 
+_CODE_LINE = re.compile(r"^\s*(?:def |class |return\b|import |from \S+ import |@|#)|^\s*[\w.\[\]'\"]+\s*=[^=]|"
+                        r"^\s*[\w.]+\(.*\)\s*(?:#.*)?$")
+
+
+def _is_code(line: str) -> bool:
+    """A line of Python printed as it is (a function's source shown by the chapter)."""
+    if re.search(f"[{_CJK}]", line) or not _CODE_LINE.search(line):
+        return False
+    import ast
+    try:
+        ast.parse(line.strip().removesuffix(":") + ("\n    pass" if line.rstrip().endswith(":") else ""))
+    except SyntaxError:
+        return line.lstrip().startswith(("def ", "class ", "#"))
+    return True
+
+
 def check_text(text: str, cell: str, where: str, allow=ALLOW) -> list[Finding]:
-    """Every finding in one output text, line by line."""
+    """Every finding in one output text, line by line (lines of printed Python code skipped)."""
     found = []
     for line in text.splitlines():
-        if not line.strip():
+        if not line.strip() or _is_code(line):
             continue
         if _GLYPH.search(line):
             found.append(Finding(cell, where, "glyph", _GLYPH.search(line).group(0), line.strip()))

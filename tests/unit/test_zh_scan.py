@@ -70,6 +70,13 @@ def test_glosses_keyword_reprs_and_model_names_are_not_prose():
     assert [f.found for f in zh_scan.scan(_nb(_stdout("（后端：gloo；求和正确：True）\n")))] == ["True"]
 
 
+def test_printed_source_code_is_not_prose():
+    code = ("def _hook(state, bucket):  # no annotations: DDP checks them\n    return state.hook(bucket)\n"
+            "state = CompressionState(model, compressor, **options)\nmodel.register_comm_hook(state, _hook)\n")
+    assert zh_scan.scan(_nb(_stdout(code))) == []
+    assert [f.found for f in zh_scan.scan(_nb(_stdout("dense bytes    1204264\n")))] == ["dense bytes"]
+
+
 def test_table_values_and_booleans_are_prose_too():
     nb = _nb(_display({"text/html": "<table><tr><th>类别</th><th>有偏</th></tr>"
                                     "<tr><td>sparsify</td><td>True</td></tr></table>"}))
