@@ -104,7 +104,7 @@ def grade_notebook(path: str, chapter: Prepared, limits: sandbox.Limits = sandbo
         return failed_all(chapter, path, "missing",
                           f"{name} has no graded cells (code cells tagged 'graded'): was the tag removed, "
                           "or is this the right notebook?")
-    jobs = [sandbox.TaskJob(p.task.id, p.task.function, p.encoded[:p.public], p.encoded[p.public:])
+    jobs = [sandbox.TaskJob(p.task.id, p.task.function, p.encoded[:p.public], p.encoded[p.public:], p.task.harness)
             for p in chapter.tasks]
     run = sandbox.run(cells, jobs, limits, deny, sandbox=box)
     res = NotebookResult(chapter.name, path, notes=list(notes) + run.notes, output=run.output, seconds=run.seconds)

@@ -118,10 +118,24 @@ def _cases(spec, rng, ref, where) -> list:
         raise SetupError(f"{where}: making the cases failed: {type(e).__name__}: {e}") from e
 
 
-def expected_of(task: Task, ref: dict, case: Case):
+def harness(task: Task, fn):
+    """`fn` as the grader calls it: through the task's harness, when it has one."""
+    if not task.harness:
+        return fn
+    names = {"__name__": "__harness__"}
+    try:
+        exec(compile(task.harness, f"<harness of task {task.id}>", "exec"), names)
+        run = names["run"]
+    except Exception as e:
+        raise SetupError(f"the harness of task {task.id} fails: {type(e).__name__}: {e} "
+                         "(it must define run(fn, *args, **kwargs))") from e
+    return lambda *args, **kwargs: run(fn, *args, **kwargs)
+
+
+def expected_of(task: Task, ref: dict, case: Case, call=None):
     """The reference answer of one case, as plain data decoded back (what a child's would be)."""
     try:
-        value = ref[task.function](*copy.deepcopy(case.args), **copy.deepcopy(case.kwargs))
+        value = (call or ref[task.function])(*copy.deepcopy(case.args), **copy.deepcopy(case.kwargs))
         return decode(encode(value))
     except Exception as e:
         raise SetupError(f"the reference {task.function} fails on case {case.label!r} of task "
@@ -147,7 +161,8 @@ def prepare(a: Assignment, seed: int = 0, hidden_file: str | None = None, public
                              f"{hidden_file}: task {task.id}")
         if not cases:
             raise SetupError(f"{a.tests}: task {task.id} has no public case")
-        expected = [expected_of(task, ref, c) for c in cases + hidden]
+        call = harness(task, ref[task.function])
+        expected = [expected_of(task, ref, c, call) for c in cases + hidden]
         out.tasks.append(PreparedTask(task, cases + hidden, len(cases), expected,
                                       [encode_case(c) for c in cases + hidden]))
     return out

@@ -61,6 +61,7 @@ class TaskJob:
     function: str
     cases: list     # [{"args": encoded list, "kwargs": encoded dict or None}], public ones
     hidden: list = field(default_factory=list)   # the same, sent only after every public case
+    harness: str = ""   # the grader's code that calls the function (see spec.Task.harness)
 
 
 @dataclass
@@ -281,8 +282,8 @@ def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget:
                       "max_output": limits.max_output, "processes": limits.processes if isolated else None},
            "deny": list(deny), "torch": torch, "audit": audit,
            "cells": [c.__dict__ for c in cells],
-           "tasks": [{"id": t.id, "function": t.function, "cases": t.cases} for t in public]}
-    later = json.dumps({"tasks": [{"id": t.id, "function": t.function, "cases": t.cases} for t in hidden]})
+           "tasks": [_task_json(t) for t in public]}
+    later = json.dumps({"tasks": [_task_json(t) for t in hidden]})
     tmp, info_r, pidfd, fds, proc = None, None, None, (), None
     if isolated and sandbox.zygote:
         try:
@@ -405,6 +406,10 @@ def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget:
     return failure
 
 
+def _task_json(t: TaskJob) -> dict:
+    return {"id": t.id, "function": t.function, "cases": t.cases, "harness": t.harness}
+
+
 def _reject(*_):
     raise ValueError("not plain JSON")
 
@@ -467,12 +472,13 @@ def run(cells: list[Cell], tasks: list[TaskJob], limits: Limits = Limits(), deny
                       "(on Windows, use WSL)")
     start = time.monotonic()
     budget = [start + limits.submission_seconds]
-    torch = any("torch" in c.source for c in cells) if torch is None else torch
+    torch = any("torch" in c.source for c in cells) or any("torch" in t.harness for t in tasks) \
+        if torch is None else torch
     result = Run()
     cells = list(cells)
     counts = {t.id: len(t.cases) for t in tasks}
-    public = [TaskJob(t.id, t.function, t.cases) for t in tasks]
-    hidden = [TaskJob(t.id + HIDDEN, t.function, t.hidden) for t in tasks if t.hidden]
+    public = [TaskJob(t.id, t.function, t.cases, harness=t.harness) for t in tasks]
+    hidden = [TaskJob(t.id + HIDDEN, t.function, t.hidden, harness=t.harness) for t in tasks if t.hidden]
     while public or hidden:
         failure = _one_child(cells, public, hidden, limits, deny, torch, budget, result, sandbox, audit)
         public = [t for t in public if not _finished(result, t, counts)]

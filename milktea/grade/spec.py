@@ -41,7 +41,11 @@ class Task:
     heading above the task's cell in the master notebook. `reveal=False` ships only hashes of
     the public expected outputs to students (values rounded to `digits` significant digits)
     and keeps every expected value out of feedback, for tasks whose output is the answer.
-    `visibility` is the Gradescope visibility of the hidden tests' result.
+    `visibility` is the Gradescope visibility of the hidden tests' result. `harness`: Python
+    source defining `run(fn, *args, **kwargs)`, the grader's own code that calls the learner's
+    function (a communication hook run on a fake bucket and group, say); it runs next to the
+    learner's code but comes from the tests file, never from the notebook, so a learner can't
+    change how the function is called.
 
         >>> Task("1.1", "double", 2, lambda rng, ref: [Case("one", (1,))], number()).points
         2
@@ -56,6 +60,7 @@ class Task:
     reveal: bool = True
     digits: int = 6
     visibility: str = "after_due_date"
+    harness: str = ""
 
     def __post_init__(self):
         if not isinstance(self.id, str) or not re.fullmatch(r"[A-Za-z0-9][\w.-]{0,39}", self.id):
@@ -73,6 +78,8 @@ class Task:
         if not isinstance(self.digits, int) or not 1 <= self.digits <= 15:
             raise ValueError(f"task {self.id}: digits must be an int from 1 to 15")
         self.params = tuple(self.params)
+        if not isinstance(self.harness, str):
+            raise TypeError(f"task {self.id}: harness must be Python source (a str) defining run(fn, *args)")
 
 
 # --- showing values in messages ---------------------------------------------------------
