@@ -16,9 +16,10 @@ import torch
 
 from .. import cost
 from ..compressors import Cast, Quantize, RandomK, TopK
-from ..i18n import _
+from ..i18n import _, count
 from ..timing import codec_seconds
 from . import breakeven, indexcost
+from .bottleneck import seconds
 from . import overlap as ov
 from . import quantization as qx
 
@@ -53,15 +54,15 @@ def compression_always_pays(params: int = 25_000_000, workers: int = 8, compute_
     comp = Chain(TopK(0.01), Quantize(8))
     x = torch.randn(numel, generator=torch.Generator().manual_seed(0))
     ratio = comp.compress(x).ratio
-    codecs = {"this machine": codec_seconds(comp, numel) * params / numel,
-              f"a GPU at {gpu_gbps:g} GB/s": memory_bound_codecs(gpu_gbps)["topk1%+int8+EF"] * 1e-9 * params}
+    codecs = {_("this machine"): codec_seconds(comp, numel) * params / numel,
+              _("a GPU at {gbps:g} GB/s").format(gbps=gpu_gbps): memory_bound_codecs(gpu_gbps)["topk1%+int8+EF"] * 1e-9 * params}
     speed = {}
     for where, codec in codecs.items():
         s = breakeven.Scheme("top1%+int8", ratio, "allgather", codec)
         speed[where] = breakeven.speedup_vs_bandwidth([s], params, compute_s, workers, [slow_gbit, fast_gbit])["top1%+int8"]
-    text = _("{v:.0f}M parameters, {workers} workers, {compute_s:g} s of compute. Top-1%+int8 runs at ").format(v=params / 1e6, workers=workers, compute_s=compute_s)
-    text += "; ".join(_("{v:.2f}x the speed of dense on {slow_gbit:g} Gbit/s and {v2:.2f}x on {fast_gbit:g} Gbit/s with the codec of {where} ({v3:.3g} ms per step)").format(v=sp[0], slow_gbit=slow_gbit, v2=sp[1], fast_gbit=fast_gbit, where=where, v3=codecs[where] * 1e3)
-                      for where, sp in speed.items()) + "."
+    text = _("{params} parameters, {workers} workers, {compute_s:g} s of compute. Top-1%+int8 runs at ").format(params=count(params), workers=workers, compute_s=compute_s)
+    text += _("; ").join(_("{v:.2f}x the speed of dense on {slow_gbit:g} Gbit/s and {v2:.2f}x on {fast_gbit:g} Gbit/s with the codec of {where} ({codec} per step)").format(v=sp[0], slow_gbit=slow_gbit, v2=sp[1], fast_gbit=fast_gbit, where=where, codec=seconds(codecs[where]))
+                         for where, sp in speed.items()) + _(".")
     fast = min(sp[1] for sp in speed.values())
     best_fast = max(sp[1] for sp in speed.values())
     if fast < 1:
@@ -102,7 +103,7 @@ def int4_halves_time(params: int = 25_000_000, workers: int = 8, gbit: float = 1
         rows[b] = {"bytes ratio": s.ratio, "step s": s.step_time(params, compute_s, workers, cost.Link.gbit(gbit))}
     byte_gain = rows[4]["bytes ratio"] / rows[8]["bytes ratio"]
     time_gain = rows[8]["step s"] / rows[4]["step s"]
-    setting = _("{v:.0f}M parameters, {workers} workers, {gbit:g} Gbit/s, {compute_s:g} s compute").format(v=params / 1e6, workers=workers, gbit=gbit, compute_s=compute_s)
+    setting = _("{params} parameters, {workers} workers, {gbit:g} Gbit/s, {compute_s:g} s compute").format(params=count(params), workers=workers, gbit=gbit, compute_s=compute_s)
     if time_gain >= 1:
         text = (_("int4 packets are {byte_gain:.2f}x smaller than int8, but a step ({setting}) is only {time_gain:.2f}x faster: compute and codec time do not shrink with the bits.").format(byte_gain=byte_gain, setting=setting, time_gain=time_gain))
     else:
@@ -123,7 +124,7 @@ def fp16_always_faster(params: int = 1_000_000, workers: int = 8, gbit: float = 
         overflow = _("no overflow")
     except ValueError:
         overflow = _("a gradient entry above 65504 cannot be sent in fp16 at all (bf16 can)")
-    text = (_("{v:g}M parameters on {gbit:g} Gbit/s with {workers} workers: casting to fp16 and back costs {v2:.2f} ms here, so an fp16 step runs at {gain:.2f}x the speed of dense; and {overflow}.").format(v=params / 1e6, gbit=gbit, workers=workers, v2=1e3 * codec, gain=gain, overflow=overflow))
+    text = (_("{params} parameters on {gbit:g} Gbit/s with {workers} workers: casting to fp16 and back costs {v2:.2f} ms here, so an fp16 step runs at {gain:.2f}x the speed of dense; and {overflow}.").format(params=count(params), gbit=gbit, workers=workers, v2=1e3 * codec, gain=gain, overflow=overflow))
     return Verdict(_("fp16 all-reduce is always faster"), {"speedup": gain, "cast s": codec}, text, gain < 1)
 
 
@@ -167,7 +168,7 @@ def bigger_buckets_better(params: int = 25_000_000, workers: int = 64, gbit: flo
     rows = ov.bucket_sweep(prof, cost.Link.gbit(gbit), workers, 0.05, sizes_mb=(4, 16, 25, 100))
     best = min(rows, key=lambda r: r["step s"])
     one = rows[-1]
-    text = (_("{v:.0f}M parameters, {workers} workers, {gbit:g} Gbit/s: {v2:g} MB buckets give {v3:.0f} ms per step, one {v4:g} MB bucket {v5:.0f} ms: one bucket cannot start until backward ends.").format(v=params / 1e6, workers=workers, gbit=gbit, v2=best['bucket MB'], v3=1e3 * best['step s'], v4=one['bucket MB'], v5=1e3 * one['step s']))
+    text = (_("{params} parameters, {workers} workers, {gbit:g} Gbit/s: {v2:g} MB buckets give {v3:.0f} ms per step, one {v4:g} MB bucket {v5:.0f} ms: one bucket cannot start until backward ends.").format(params=count(params), workers=workers, gbit=gbit, v2=best['bucket MB'], v3=1e3 * best['step s'], v4=one['bucket MB'], v5=1e3 * one['step s']))
     return Verdict(_("Bigger buckets always give better overlap"), {"best": best, "one": one}, text,
                    one["step s"] > best["step s"])
 
@@ -187,7 +188,7 @@ def more_workers_less_comm(params: int = 25_000_000, gbit: float = 10.0, global_
     for n in (8, 64):
         comm = cost.ring_allreduce_time(M, n, link)
         shares[n] = comm / (global_compute_s / n + comm)
-    text = (_("same global batch ({global_compute_s:g} s of compute in all), {v:.0f}M parameters, {gbit:g} Gbit/s: communication is {v2:.0%} of a step with 8 workers and {v3:.0%} with 64. Each worker still sends about 2x the model; its share of the work shrinks.").format(global_compute_s=global_compute_s, v=params / 1e6, gbit=gbit, v2=shares[8], v3=shares[64]))
+    text = (_("same global batch ({global_compute_s:g} s of compute in all), {params} parameters, {gbit:g} Gbit/s: communication is {v2:.0%} of a step with 8 workers and {v3:.0%} with 64. Each worker still sends about 2x the model; its share of the work shrinks.").format(global_compute_s=global_compute_s, params=count(params), gbit=gbit, v2=shares[8], v3=shares[64]))
     return Verdict(_("More workers make compression matter less"), shares, text, shares[64] > shares[8])
 
 
