@@ -42,3 +42,20 @@ def test_checker_leaves_the_right_words_alone(text):
 def test_catalog_follows_the_glossary():
     problems = zh_glossary.check(zh_glossary.catalog_texts())
     assert not problems, "use the glossary's terms (docs/glossary.zh.md):\n  " + "\n  ".join(map(str, problems))
+
+
+def test_chinese_chapters_follow_the_glossary():
+    problems = zh_glossary.check(zh_glossary.notebook_texts(("notebooks/zh",)))
+    assert not problems, "use the glossary's terms (docs/glossary.zh.md):\n  " + "\n  ".join(map(str, problems))
+
+
+def test_chinese_chapters_have_no_italics():
+    """Chinese has no italics (browsers slant CJK glyphs artificially): bold or plain text."""
+    import json
+    import re
+    cjk_italic = re.compile(r"(?<![*\\A-Za-z0-9_])\*(?![*\s])[^*\n]*?[\u3400-\u9fff][^*\n]*?(?<!\s)\*(?![*A-Za-z0-9_])")
+    found = []
+    for path in sorted((ROOT / "notebooks" / "zh").glob("*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            found += [f"{path.name} {cell['id']}: {m.group(0)}" for m in cjk_italic.finditer("".join(cell["source"]))]
+    assert not found, "\n".join(found)
