@@ -110,6 +110,23 @@ def word(v: str) -> str:
     return v
 
 
+def pairs(d: dict, digits: int = 3) -> str:
+    """A dict as aligned "key  value" lines for a reader: keys through `word` (the catalog),
+    padded by display width; values as table cells (`fmt`; lists joined).
+
+    >>> print(pairs({"workers": 2, "dense bytes": 1204264, "agree": True}))
+    workers      2
+    dense bytes  1,204,264
+    agree        yes
+    """
+    keys = {k: word(str(k)) for k in d}
+    width = max(map(display_width, keys.values()), default=0)
+
+    def value(v):
+        return ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else fmt(v, digits)
+    return "\n".join(f"{pad(keys[k], width)}  {value(v)}" for k, v in d.items())
+
+
 def listing(words) -> str:
     """Words joined as the language lists them: "pearls, sugar" / "珍珠、糖度"."""
     return _(", ").join(word(str(w)) for w in words)

@@ -9,6 +9,8 @@ process group); `FakeGroup` and `FakeBucket` run a hook in one process, with no 
 group at all, which is how a hook is unit-tested (and how the exercise grades one).
 
     >>> import torch
+
+from ..i18n import N_
     >>> def halve(state, bucket):     # a do-nothing "hook": average the bucket in fp32
     ...     fut = state.allreduce(bucket.buffer() / state.world_size)
     ...     return fut.then(lambda f: f.value()[0])
@@ -113,6 +115,13 @@ def _grads_after(ddp, x, y) -> torch.Tensor:
 
 
 PARTS = ("hook", "buckets", "accumulate", "powersgd")
+# hook_demo's keys as a reader sees them (tables.pairs shows them through the catalog)
+KEYS = (N_("workers"), N_("backend"), N_("your hook vs PyTorch's fp16 hook (max |diff|)"),
+        N_("your hook vs dense (relative error)"), N_("your hook sent"), N_("your hook bytes"), N_("dense bytes"),
+        N_("buckets"), N_("buckets at bucket_cap_mb={}"), N_("all-reduce calls, {} micro-batches with no_sync()"),
+        N_("all-reduce calls, {} micro-batches without no_sync()"), N_("accumulated gradients agree (max |diff|)"),
+        N_("milktea PowerSGD: steps"), N_("milktea PowerSGD: parameters with a saved ledger"),
+        N_("milktea PowerSGD: floats in the saved state"), N_("milktea PowerSGD: parameters"))
 
 
 def hook_demo(hook_source: str, hook_name: str, accumulate: int = 4, parts=PARTS) -> dict:

@@ -12,7 +12,12 @@ import torch
 
 from .. import cost
 from ..compressors import PowerSGD, TopK, orthonormalize
+from ..i18n import N_
 from ..timing import time_it
+
+# linearity()'s keys as a reader sees them (tables.pairs)
+LINEARITY_KEYS = (N_("workers"), N_("Top-K: positions kept by every worker"), N_("Top-K: positions per worker"),
+                  N_("Top-K: |sum of packets - TopK(sum)| / |TopK(sum)|"))
 
 
 def _matrix(m) -> torch.Tensor:
