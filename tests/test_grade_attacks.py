@@ -32,7 +32,7 @@ BOX = isolation.probe()
 # CI must not skip these: a sandbox that cannot start there is a failure, not a pass
 pytestmark = pytest.mark.skipif(not BOX.isolated and os.environ.get("CI") != "true",
                                 reason=f"no sandbox here: {BOX.why}")
-LIMITS = Limits(task_seconds=4, submission_seconds=60, memory_mb=1024)
+LIMITS = Limits(task_seconds=4, submission_seconds=60, memory_mb=1024, wall_factor=2)   # waiters stop at 8 s
 TOPK = {"03.1": 2, "03.2": 2, "03.3": 2, "03.4": 2}
 SECRET = "milktea-grader-secret-9c1d"
 SOLUTION_MARK = "SOLUTION-MARK-9c1d"

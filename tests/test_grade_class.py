@@ -24,7 +24,7 @@ from milktea.grade.notebook import read_notebook
 TOPK = ["03.1", "03.2", "03.3", "03.4"]
 EF = ["04.1", "04.2", "04.3"]
 POINTS = {"03.1": 2, "03.2": 2, "03.3": 2, "03.4": 2, "04.1": 3, "04.2": 2, "04.3": 3}
-LIMITS = Limits(task_seconds=3, submission_seconds=60, memory_mb=1024)
+LIMITS = Limits(task_seconds=3, submission_seconds=60, memory_mb=1024, wall_factor=2)
 
 # student -> (task sabotaged, new source of its cell, expected failure kind, words in the feedback)
 SABOTAGE = {
@@ -220,7 +220,7 @@ def test_killed_grader_resumes_to_the_same_table(graded, tmp_path):
     for student in ("alice", "crash", "loop", "bob", "syntax", "forge"):
         shutil.copytree(graded["subs"] / student, subs / student)
     cmd = [sys.executable, "-m", "milktea.grade", str(subs), "--out", str(out), "--solutions", str(SOLUTIONS),
-           "--hidden", str(HIDDEN), "--seed", "7", "--task-timeout", "3", "--memory-mb", "1024"]
+           "--hidden", str(HIDDEN), "--seed", "7", "--task-timeout", "3", "--wall-factor", "2", "--memory-mb", "1024"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)

@@ -31,8 +31,10 @@ def main(argv=None) -> int:
     ap.add_argument("--assignment", "--chapter", dest="chapter",
                     help="grade only this assignment (needed for <student>.ipynb files without its metadata)")
     ap.add_argument("--seed", type=int, help="seed of the random cases (default: kept from the last run in --out)")
-    ap.add_argument("--task-timeout", type=float, default=10.0, help="seconds per task and per graded cell (10)")
-    ap.add_argument("--submission-timeout", type=float, default=120.0, help="seconds per submission (120)")
+    ap.add_argument("--task-timeout", type=float, default=10.0, help="CPU seconds per task and per graded cell (10)")
+    ap.add_argument("--submission-timeout", type=float, default=120.0, help="CPU seconds per submission (120)")
+    ap.add_argument("--wall-factor", type=float, default=5.0,
+                    help="wall-clock limits are this many times the CPU limits: they stop code that waits (5)")
     ap.add_argument("--memory-mb", type=int, default=2048,
                     help="address space (MB) student code may add to Python + numpy (+ torch) (2048)")
     ap.add_argument("--jobs", type=int, default=1, help="submissions graded at the same time (1)")
@@ -41,7 +43,7 @@ def main(argv=None) -> int:
                          "the summary and run.json then say the run was not isolated")
     args = ap.parse_args(argv)
     limits = Limits(task_seconds=args.task_timeout, submission_seconds=args.submission_timeout,
-                    memory_mb=args.memory_mb)
+                    memory_mb=args.memory_mb, wall_factor=args.wall_factor)
     try:
         grade_class(args.submissions, args.out, args.solutions, args.hidden, args.seed, limits,
                     args.chapter, args.jobs, trust=args.trust_submissions)

@@ -191,6 +191,7 @@ def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden
                 records[name] = _error_record(name, prepared, outcome)
             else:
                 rec = _record(name, outcome[2], key)
+                rec["extra_data"]["seed"] = seed   # the random cases of this grade: rerun with --seed to see them
                 rec["extra_data"]["mac"] = _mac(secret, rec)
                 records[name] = rec
                 atomic_write(os.path.join(out, "results", safe_name(name) + ".json"), json.dumps(rec, indent=1) + "\n")

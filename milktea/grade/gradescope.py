@@ -154,11 +154,17 @@ def main(argv=None) -> int:
                                              "(default: drawn once now; recorded in each results.json)")
     ap.add_argument("--trust-submissions", action="store_true",
                     help="grade even where the image can't isolate student code (results say so)")
-    ap.add_argument("--task-timeout", type=float, default=10.0, help="seconds per task and per graded cell (10)")
+    ap.add_argument("--task-timeout", type=float, default=10.0, help="CPU seconds per task and per graded cell (10)")
+    ap.add_argument("--submission-timeout", type=float, default=120.0, help="CPU seconds per submission (120)")
+    ap.add_argument("--wall-factor", type=float, default=5.0,
+                    help="wall-clock limits are this many times the CPU limits: they stop code that waits (5)")
+    ap.add_argument("--memory-mb", type=int, default=2048,
+                    help="address space (MB) student code may add to Python + numpy (+ torch) (2048)")
     args = ap.parse_args(argv)
     try:
         path = build(args.out, args.solutions, args.hidden, args.chapter, args.trust_submissions,
-                     Limits(task_seconds=args.task_timeout), args.seed)
+                     Limits(task_seconds=args.task_timeout, submission_seconds=args.submission_timeout,
+                            wall_factor=args.wall_factor, memory_mb=args.memory_mb), args.seed)
     except SetupError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

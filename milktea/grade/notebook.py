@@ -11,7 +11,7 @@ import json
 import os
 import re
 
-from .sandbox import Cell
+from .protocol import Cell
 
 MAX_FILE_BYTES = 64 << 20   # a notebook file as submitted, stored outputs (plots) included
 MAX_CODE_BYTES = 2 << 20    # the source of all its cells, once the outputs are dropped
