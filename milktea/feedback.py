@@ -17,12 +17,12 @@ import torch
 
 from .checks import check_grad, check_int, check_number, check_ratio
 from .compressors import Compressor, TopK
-from .compressors.wire import PIECE
+from .ledger import Ledger
 from .packet import Packet
 
 
 class ErrorFeedback:
-    """Wrap a compressor with a residual memory (one ledger per tensor stream).
+    """Wrap a compressor with a residual memory (one `Ledger` per tensor stream).
 
     The ledger is kept in float32 (float64 for float64 gradients) whatever the
     gradient's dtype, so that half-precision gradients lose nothing to the ledger's
@@ -44,8 +44,17 @@ class ErrorFeedback:
         if not isinstance(compressor, Compressor):
             raise TypeError(f"ErrorFeedback wraps a milktea Compressor, got {type(compressor).__name__}")
         self.compressor = compressor
-        self.residual: torch.Tensor | None = None
+        self.ledger = Ledger(check_first=True)
         self.steps = 0
+
+    @property
+    def residual(self) -> torch.Tensor | None:
+        """What has not been sent yet (the ledger's tensor; None before the first step)."""
+        return self.ledger.residual
+
+    @residual.setter
+    def residual(self, value: torch.Tensor | None) -> None:
+        self.ledger.residual = value
 
     @property
     def name(self) -> str:
@@ -55,50 +64,9 @@ class ErrorFeedback:
         norm = "empty" if self.residual is None else f"|residual|={float(self.residual.float().norm()):.4g}"
         return f"ErrorFeedback({self.compressor!r}, steps={self.steps}, {norm})"
 
-    @staticmethod
-    def ledger_dtype(dtype: torch.dtype) -> torch.dtype:
-        """The ledger's dtype for gradients of `dtype`: float64 stays, the rest is float32."""
-        return torch.float64 if dtype == torch.float64 else torch.float32
-
-    def _ledger_for(self, grad: torch.Tensor) -> torch.Tensor:
-        r = self.residual
-        dtype = self.ledger_dtype(grad.dtype)
-        if r is None:
-            self.residual = torch.zeros(grad.shape, dtype=dtype, device=grad.device)
-        elif r.shape != grad.shape or r.dtype != dtype or r.device != grad.device:
-            raise ValueError(f"this ledger holds a {tuple(r.shape)} {r.dtype} tensor on {r.device}; got "
-                             f"{tuple(grad.shape)} {grad.dtype} on {grad.device}. Use one ErrorFeedback "
-                             f"per tensor, or call reset()")
-        return self.residual
-
-    def _check_room(self, r: torch.Tensor, grad: torch.Tensor) -> None:
-        """Refuse, before touching the ledger, a gradient that would push it beyond what
-        the wire format carries (checked piece by piece: no full-size temporary)."""
-        limit = self.compressor.overflow_at
-        if limit == float("inf"):
-            return
-        rf, gf = r.view(-1), grad.reshape(-1)
-        for s in range(0, rf.numel(), PIECE):
-            peak = float((rf[s:s + PIECE] + gf[s:s + PIECE]).abs().max())
-            if peak >= limit:
-                raise ValueError(f"ledger + gradient reaches |x| = {peak:g}, which {self.compressor!r} "
-                                 f"cannot send (|x| < {limit:g}); the ledger is left unchanged. Use "
-                                 f"Cast(torch.bfloat16), or scale the gradient down")
-
     def compress(self, grad: torch.Tensor) -> Packet:
         """residual += grad; send C(residual); residual -= what was sent."""
-        grad = check_grad(grad, "gradient", self.compressor.nonfinite)
-        with torch.no_grad():
-            fresh = self.residual is None
-            r = self._ledger_for(grad)
-            try:
-                self._check_room(r, grad)
-                r.add_(grad)
-                packet = self.compressor.compress_with_feedback(r, dtype=grad.dtype)
-            except Exception:
-                if fresh:                 # e.g. k larger than the tensor: no ledger yet
-                    self.residual = None
-                raise
+        packet = self.ledger.step(self.compressor, grad)
         self.steps += 1
         return packet
 
@@ -106,17 +74,17 @@ class ErrorFeedback:
         return self.compressor.decompress(packet, out=out)
 
     def reset(self) -> None:
-        self.residual, self.steps = None, 0
+        self.ledger.reset()
+        self.steps = 0
 
     def state_dict(self) -> dict:
-        state = {"residual": None if self.residual is None else self.residual.clone(), "steps": self.steps}
+        state = {"residual": self.ledger.state_dict(), "steps": self.steps}
         if hasattr(self.compressor, "state_dict"):
             state["compressor"] = self.compressor.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        r = state["residual"]
-        self.residual = None if r is None else r.to(self.ledger_dtype(r.dtype), copy=True)
+        self.ledger.load_state_dict(state["residual"])
         self.steps = int(state["steps"])
         if "compressor" in state and hasattr(self.compressor, "load_state_dict"):
             self.compressor.load_state_dict(state["compressor"])
@@ -189,7 +157,7 @@ class DGC(ErrorFeedback):
                 norm = float(grad.float().norm())
                 if norm > self.clip:
                     grad = grad * (self.clip / norm)
-            r = self._ledger_for(grad)
+            r = self.ledger.tensor_for(grad)
             if self.momentum_correction:
                 if self.velocity is None:
                     self.velocity = torch.zeros_like(grad)

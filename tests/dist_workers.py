@@ -432,7 +432,8 @@ def scenario(kind, specs, steps=6):
         for k, n in names:
             p = dict(nets[k].named_parameters())[n]
             proto = states[k].protocol
-            res = proto.residuals.get(n) if proto is not None else None
+            led = proto.ledgers.get(n) if proto is not None else None
+            res = None if led is None else led.residual
             res = torch.zeros_like(p) if res is None else res.view_as(p)
             unit = N if states[k].protocol_name == "allreduce" else 1
             lhs = applied[(k, n)] + unit * torch.stack(_all_gather(res)).mean(0)

@@ -45,7 +45,7 @@ def test_identity_feedback_is_transparent():
 def test_ledger_checks_shape_and_input():
     ef = ErrorFeedback(TopK(k=1))
     ef.compress(torch.randn(5))
-    with pytest.raises(ValueError, match="one ErrorFeedback per tensor"):
+    with pytest.raises(ValueError, match="one ledger per tensor"):
         ef.compress(torch.randn(6))
     with pytest.raises(ValueError, match="non-finite"):
         ef.compress(torch.tensor([1.0, float("nan"), 0, 0, 0]))
@@ -96,9 +96,9 @@ def test_error_feedback_uses_the_public_feedback_api():
     class Counting(Quantize):
         calls = 0
 
-        def compress_with_feedback(self, residual, dtype=None):
+        def compress_with_feedback(self, residual, dtype=None, grad=None, clear_grad=False):
             Counting.calls += 1
-            return super().compress_with_feedback(residual, dtype)
+            return super().compress_with_feedback(residual, dtype, grad, clear_grad)
 
     ef = ErrorFeedback(Counting(bits=4))
     x = torch.randn(300)

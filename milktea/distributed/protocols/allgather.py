@@ -52,10 +52,10 @@ class AllGather(Protocol):
             c = self.coder(it.name)
             if self.error_feedback and it.used:   # ledger += gradient, sent, crossed out
                 if _clears_in_pass(c):   # the gradient zeroed as it is added: the mean lands on zeros
-                    packet = c.compress_with_feedback(self.ledger(it), grad=it.tensor, clear_grad=True)
+                    packet = self.ledger(it.name).step(c, it.tensor, clear_grad=True)
                     cleared.add(it.name)
                 else:
-                    packet = c.compress_with_feedback(self.ledger(it), grad=it.tensor)
+                    packet = self.ledger(it.name).step(c, it.tensor)
             else:   # no ledger, or no gradient here: the ledger waits, a zero gradient is sent
                 packet = c.compress(it.tensor)
             wire.append(packet.to_tensor())

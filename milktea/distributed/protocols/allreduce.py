@@ -29,7 +29,7 @@ class AllReduce(Protocol):
         for it in items:
             x, c = it.tensor.div_(N), self.coder(it.name)
             if self.error_feedback and it.used:
-                packet = c.compress_with_feedback(self.ledger(it), grad=x)
+                packet = self.ledger(it.name).step(c, x)
             else:
                 packet = c.compress(x)
             c.decompress(packet, out=x)             # exactly what was sent

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from milktea.compressors.base import coder_state, load_coder_state
+from milktea.ledger import Ledger
 
 
 # --- the registry ---------------------------------------------------------------------------
@@ -86,8 +87,9 @@ class Protocol:
     """One way across the wire, for one rank of one hooked model.
 
     coders[name]: this rank's copy of the compressor for parameter `name` (`fork`ed, so
-    stochastic rounding has its own stream per rank and parameter); residuals[name]: its
-    error-feedback ledger. Both are keyed by name, so any bucketing finds them.
+    stochastic rounding has its own stream per rank and parameter); ledgers[name]: its
+    error-feedback `Ledger` (float32 for half-precision gradients, as the simulator's).
+    Both are keyed by name, so any bucketing finds them.
     """
     collective = "allgather"   # the cost model's name for the collective that moves the packets
     summed = False             # True: the workers' contributions are summed before decoding
@@ -96,7 +98,7 @@ class Protocol:
         self.compressor, self.error_feedback = compressor, bool(error_feedback)
         self.rank, self.world = rank, world
         self.coders: dict[str, object] = {}
-        self.residuals: dict[str, torch.Tensor] = {}
+        self.ledgers: dict[str, Ledger] = {}
 
     def accepts(self, shape: tuple) -> bool:
         """Whether a parameter of this shape is worth compressing (else it is sent dense)."""
@@ -107,11 +109,13 @@ class Protocol:
             self.coders[name] = self.compressor.fork(self.rank, stream_of(name))
         return self.coders[name]
 
-    def ledger(self, item: Item) -> torch.Tensor:
-        r = self.residuals.get(item.name)
-        if r is None:
-            r = self.residuals[item.name] = torch.zeros_like(item.tensor, memory_format=torch.contiguous_format)
-        return r
+    def ledger(self, name: str) -> Ledger:
+        """Parameter `name`'s ledger. The hook stops at its first error, so a gradient's
+        NaN may be found in the compressor's own pass (check_first=False)."""
+        led = self.ledgers.get(name)
+        if led is None:
+            led = self.ledgers[name] = Ledger(check_first=False)
+        return led
 
     def run(self, comm, items: list[Item], step: int) -> None:  # pragma: no cover - abstract
         """Replace every item's tensor by the average over the ranks of what they sent."""
@@ -124,11 +128,12 @@ class Protocol:
     # -- saving: everything keyed by parameter name ---------------------------------------
     def state_dict(self) -> dict:
         return {"coders": {name: coder_state(c) for name, c in self.coders.items()},
-                "residuals": {n: r.clone() for n, r in self.residuals.items()}}
+                "residuals": {n: led.state_dict() for n, led in self.ledgers.items()}}
 
     def load_state_dict(self, state: dict, device=None) -> None:
         self.coders.clear()
         for name, saved in state["coders"].items():
             load_coder_state(self.coder(name), saved)
-        self.residuals = {n: r.clone().to(device) if device is not None else r.clone()
-                          for n, r in state["residuals"].items()}
+        self.ledgers.clear()
+        for n, r in state["residuals"].items():
+            self.ledger(n).load_state_dict(r, device)

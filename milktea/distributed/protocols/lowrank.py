@@ -35,9 +35,10 @@ class LowRank(Protocol):
         t0 = time.perf_counter()
         views = [it.tensor.view(it.tensor.shape[0], -1) for it in items]
         mats = [v.float() for v in views]           # the bucket itself when it is float32
-        for it, m in zip(items, mats):
-            if self.error_feedback and it.used and it.name in self.residuals:
-                m.add_(self.residuals[it.name])
+        for it, m in zip(items, mats):      # PowerSGD's ledger: the matrix, in float32 as M is
+            led = self.ledgers.get(it.name)
+            if self.error_feedback and it.used and led is not None and led.residual is not None:
+                m.add_(led.residual)
         ps = [self.coder(it.name).project(m) for it, m in zip(items, mats)]
         P = torch.cat([p.reshape(-1) for p in ps])
         log(comm, step, compress_s=time.perf_counter() - t0)
@@ -50,10 +51,10 @@ class LowRank(Protocol):
             off += p.numel()
             q = self.coder(it.name).finish(m, p)
             if self.error_feedback and it.used:   # the ledger keeps what this rank's P Q^T missed
-                r = self.residuals.get(it.name)
-                if r is None:
-                    r = self.residuals[it.name] = torch.empty_like(m)
-                torch.addmm(m, p, q.t(), alpha=-1, out=r)
+                led = self.ledger(it.name)
+                if led.residual is None:
+                    led.residual = torch.empty_like(m)
+                torch.addmm(m, p, q.t(), alpha=-1, out=led.residual)
             qs.append(q)
         Q = torch.cat([q.reshape(-1) for q in qs])
         log(comm, step, compress_s=time.perf_counter() - t0)
