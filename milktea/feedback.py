@@ -120,7 +120,8 @@ class DGC(ErrorFeedback):
     - momentum factor masking (``masking=True``): the momentum of the entries just sent is
       cleared, so a stale velocity does not keep pushing them after the update.
     - warm-up (``warmup_steps``): the kept share shrinks from ``start_ratio`` to ``ratio``
-      (:func:`warmup_ratio`).
+      (:func:`warmup_ratio`) in ``warmup_steps`` stages of ``stage_steps`` steps each, the
+      share fixed within a stage (DGC's stages are epochs: 4 of them).
 
     >>> dgc = DGC(ratio=0.5, momentum=0.9)
     >>> dgc.decompress(dgc.compress(torch.tensor([1.0, -2.0])))
@@ -131,10 +132,12 @@ class DGC(ErrorFeedback):
 
     def __init__(self, ratio: float = 0.001, momentum: float = 0.9, warmup_steps: int = 0,
                  start_ratio: float = 0.25, approximate: bool = True, seed: int = 0, *,
-                 momentum_correction: bool = True, masking: bool = True, clip: float | None = None):
+                 momentum_correction: bool = True, masking: bool = True, clip: float | None = None,
+                 stage_steps: int = 1):
         super().__init__(TopK(ratio, approximate=approximate, seed=seed))
         check_number(momentum, "momentum", 0.0, 1.0, open_high=True)
         check_int(warmup_steps, "warmup_steps", 0)
+        self.stage_steps = check_int(stage_steps, "stage_steps", 1)
         for name, flag in (("momentum_correction", momentum_correction), ("masking", masking)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be True or False, got {flag!r}")
@@ -147,11 +150,13 @@ class DGC(ErrorFeedback):
     def __repr__(self) -> str:
         return (f"DGC(ratio={self.final_ratio:g}, momentum={self.momentum:g}, "
                 f"momentum_correction={self.momentum_correction}, masking={self.masking}, "
-                f"clip={self.clip}, warmup_steps={self.warmup_steps}, steps={self.steps})")
+                f"clip={self.clip}, warmup_steps={self.warmup_steps}, stage_steps={self.stage_steps}, "
+                f"steps={self.steps})")
 
     def compress(self, grad):
         grad = check_grad(grad, "gradient", self.compressor.nonfinite)
-        self.compressor.ratio = warmup_ratio(self.steps, self.final_ratio, self.warmup_steps, self.start_ratio)
+        self.compressor.ratio = warmup_ratio(self.steps // self.stage_steps, self.final_ratio, self.warmup_steps,
+                                             self.start_ratio)
         with torch.no_grad():
             if self.clip is not None:
                 norm = float(grad.float().norm())

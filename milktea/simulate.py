@@ -136,7 +136,8 @@ def _check(task, compressor, workers, steps, lr, batch, momentum, seed, eval_eve
         check_int(v, name, low)
     if batch is not None:   # None: each worker's whole shard
         check_int(batch, "batch", 1)
-    check_number(lr, "lr", 0, open_low=True)
+    if not callable(lr):     # a schedule (step -> learning rate) is checked as it is used
+        check_number(lr, "lr", 0, open_low=True)
     check_number(momentum, "momentum", 0, 1, open_high=True)
 
 
@@ -231,6 +232,12 @@ class _CompressedAllReduce:
 PROTOCOLS = ("allgather", "compressed_allreduce")
 
 
+def _rate(schedule, step: int) -> float:
+    rate = schedule(step)
+    check_number(rate, "lr(step)", 0)
+    return rate
+
+
 def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200, lr: float = 0.1,
              batch: int | None = 32, error_feedback: bool = True, momentum: float = 0.0, seed: int = 0,
              device=None, progress: bool = True, eval_every: int = 10, per_layer: bool | None = None,
@@ -262,6 +269,9 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
     `batched`: compress all workers' gradients in one call where the compressor allows it
     (Top-K, Random-K, Sign, Quantize; see milktea.batched), bit for bit what one call per
     worker gives; False: one worker at a time.
+
+    `lr`: a number, or a schedule: a function of the step (0, 1, ...) returning the learning
+    rate of that step (a learning-rate warm-up, say).
 
     `optimizer`: instead of SGD on the averaged gradient, an optimizer that does its own
     exchange: `milktea.onebit.OneBitAdam(...)` (Adam, then 1-bit momentum through the
@@ -356,7 +366,7 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
         if velocity is not None:
             update = velocity.mul_(momentum).add_(update)
         if update is not None:
-            flat.sub_(lr * update)
+            flat.sub_((_rate(lr, t) if callable(lr) else lr) * update)
         if (t + 1) % eval_every == 0 or t + 1 == steps:
             evaluate(t + 1)
             if progress:

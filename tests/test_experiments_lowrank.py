@@ -115,20 +115,23 @@ def test_a_hook_source_must_define_the_function():
 @pytest.mark.slow
 def test_dgc_ablation_trains_every_variant():
     torch.set_num_threads(1)
-    runs = dgc.ablation(workers=2, steps=12, eval_every=12, warmup_steps=4,
+    runs = dgc.ablation(workers=2, steps=12, batch=4, epoch_steps=2, epochs=2, seeds=(0, 1),
                         variants=["dense SGD, momentum 0.9", "DGC, all four techniques", "DGC without warm-up",
-                                  "DGC without momentum correction", "DGC without factor masking",
-                                  "DGC without gradient clipping"])
+                                  "DGC without momentum correction", "Top-K + ledger, optimizer momentum"])
+    assert all(len(hs) == 2 for hs in runs.values())
     rows = {r["scheme"]: r for r in dgc.ablation_rows(runs)}
     assert rows["dense SGD, momentum 0.9"]["R (real packets)"] == pytest.approx(1.0)
-    # the warm-up keeps more entries early on, so it sends more bytes on average
-    assert rows["DGC without warm-up"]["R (real packets)"] > rows["DGC, all four techniques"]["R (real packets)"]
-    assert runs["DGC without momentum correction"].config["momentum"] == 0.9
-    assert runs["DGC, all four techniques"].config["momentum"] == 0.0
+    # equal bytes: the runs without the warm-up keep its average share, so they send as many values
+    sent = {k: sum(sum(h.bytes_per_worker) for h in hs) for k, hs in runs.items()}
+    assert sent["DGC without warm-up"] == pytest.approx(sent["DGC, all four techniques"], rel=0.15)
+    assert runs["DGC without momentum correction"][0].config["momentum"] == 0.9
+    assert runs["DGC, all four techniques"][0].config["momentum"] == 0.0
     text = dgc.verdict(runs)
-    assert "warm-up off" in text and "dense SGD" in text
+    assert "warm-up:" in text and "momentum correction:" in text and "dense SGD" in text
     with pytest.raises(ValueError, match="unknown variant"):
         dgc.ablation(variants=["nope"])
+    with pytest.raises(ValueError, match="shorter than the run"):
+        dgc.ablation(steps=8, epoch_steps=2, epochs=4)
 
 
 def _comparison():

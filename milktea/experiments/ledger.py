@@ -157,3 +157,30 @@ def compare_feedback(task: Task | None = None, ratio: float = 0.01, workers: int
         return {"dense": simulate(task, None, **run),
                 "Top-K + ledger": simulate(task, TopK(ratio), error_feedback=True, **run),
                 "Top-K, no ledger": simulate(task, TopK(ratio), error_feedback=False, **run)}
+
+
+def demo_sentence(demo) -> str:
+    """The seed demo's distances to the optimum, and where the ledger run ends against dense
+    SGD (closer, further, or level), from the run's own numbers."""
+    from ..i18n import _
+    from . import verdicts
+    text = _("Distance to the optimum after 60 steps: dense **{d:.4f}**, Top-K with the ledger **{e:.4f}**, Top-K "
+             "without it **{p:.2f}**.").format(d=demo.dense_error, e=demo.topk_ef_error, p=demo.topk_error)
+    said = verdicts.gap(demo.topk_ef_error, demo.dense_error, _("dense SGD"), higher_is_better=False, unit="",
+                        scale=1, digits=4)
+    text += " " + _("With the ledger, Top-K ends {said} (a smaller distance is better).").format(said=said)
+    return verdicts.tidy(text)
+
+
+def feedback_sentence(runs: dict) -> str:
+    """`compare_feedback`'s runs in words: each Top-K run's accuracy against dense (ahead or
+    behind, in points) and what the ledger did."""
+    from ..i18n import _
+    from . import verdicts
+    acc = {k: h.final("accuracy") for k, h in runs.items()}
+    text = _("Sending about {r:.0f}x fewer bytes, Top-K with the ledger ends **{ef}** in accuracy; without the ledger "
+             "it ends {plain} after the same steps.").format(
+        r=runs["Top-K + ledger"].ratio, ef=verdicts.gap(acc["Top-K + ledger"], acc["dense"], _("dense SGD")),
+        plain=verdicts.gap(acc["Top-K, no ledger"], acc["dense"], _("dense SGD")))
+    text += " " + _("The ledger {said}.").format(said=verdicts.effect(acc["Top-K + ledger"], acc["Top-K, no ledger"]))
+    return verdicts.tidy(text)

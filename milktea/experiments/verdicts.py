@@ -218,10 +218,11 @@ def gap(value: float, ref: float, ref_name: str, noise: float = 0.0, *, higher_i
 
 
 def effect(with_it: float, without_it: float, noise: float = 0.0, *, higher_is_better: bool = True,
-           unit: str = "points", scale: float = 100.0, digits: int = 1) -> Said:
+           unit: str = "points", scale: float = 100.0, digits: int = 1, show_noise: bool = False) -> Said:
     """What a technique did: the value with it against the value without it. "helped",
     "hurt", or "no measurable effect" when the difference is within `noise`; the signed
-    difference (with it minus without it) is printed. kind: helped, hurt, none, nan.
+    difference (with it minus without it) is printed, with `±noise` too where `show_noise`.
+    kind: helped, hurt, none, nan.
 
     >>> effect(0.95, 0.93, noise=0.01)
     'helped (+2.0 points with it)'
@@ -239,9 +240,11 @@ def effect(with_it: float, without_it: float, noise: float = 0.0, *, higher_is_b
             return Said(_("no measurable effect ({signed} with it, within ±{noise})").format(
                 signed=signed, noise=f"{noise * scale:.{digits}f}"), "none")
         return Said(_("no measurable effect ({signed} with it)").format(signed=signed), "none")
-    if good:
-        return Said(_("helped ({signed} with it)").format(signed=signed), "helped")
-    return Said(_("hurt ({signed} with it)").format(signed=signed), "hurt")
+    kind = "helped" if good else "hurt"
+    if show_noise and noise > 0:
+        text = _("helped ({signed} with it, ±{noise})") if good else _("hurt ({signed} with it, ±{noise})")
+        return Said(text.format(signed=signed, noise=f"{noise * scale:.{digits}f}"), kind)
+    return Said((_("helped ({signed} with it)") if good else _("hurt ({signed} with it)")).format(signed=signed), kind)
 
 
 def split(whole: float, part: float, part_name: str, rest_name: str, unit: str = "ms", digits: int = 1) -> Said:

@@ -77,3 +77,24 @@ def feedback_runs(runs: dict, axes=None):
     h = next(iter(runs.values()))
     ax0.set_title(_("digits, {workers} simulated workers").format(workers=h.workers), fontsize=10)
     return axes
+
+
+def dgc_ablation(runs: dict, ax=None):
+    """DGC's ablation (`experiments.dgc.ablation`): each variant's validation loss, one dot
+    per seed and a bar at their mean, so the spread across seeds is in view."""
+    import math
+    ax = _ax(ax, (8, 0.45 * len(runs) + 1.4))
+    for i, (name, hs) in enumerate(runs.items()):
+        losses = [h.final("loss") for h in hs if h.diverged_at is None and math.isfinite(h.final("loss"))]
+        if losses:
+            ax.barh(i, sum(losses) / len(losses), color="tab:blue" if name.startswith("DGC") else "tab:gray",
+                    alpha=0.35)
+            ax.plot(losses, [i] * len(losses), "k.", ms=6)
+    ax.set_yticks(range(len(runs)), [_(name) for name in runs])
+    ax.invert_yaxis()
+    finite = [h.final("loss") for hs in runs.values() for h in hs if math.isfinite(h.final("loss"))]
+    if finite:
+        lo, hi = min(finite), max(finite)
+        ax.set_xlim(lo - 0.3 * (hi - lo + 1e-3), hi + 0.3 * (hi - lo + 1e-3))
+    ax.set_xlabel(_("validation loss after the run (dots: seeds; bar: their mean)"))
+    return ax

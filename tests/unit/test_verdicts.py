@@ -134,6 +134,14 @@ def test_effect_follows_the_difference(with_it, without_it, noise, hib, kind, la
         assert f"{100 * (with_it - without_it):+.1f}" in out       # the signed difference is printed
 
 
+def test_effect_can_print_its_interval(lang):
+    out = v.effect(0.95, 0.93, 0.01, show_noise=True)
+    says(out, "helped", lang)
+    assert "+2.0" in out and "±1.0" in out
+    says(v.effect(0.93, 0.95, 0.01, show_noise=True), "hurt", lang)
+    says(v.effect(0.95, 0.945, 0.01, show_noise=True), "none", lang)
+
+
 @pytest.mark.parametrize("whole, part", [(22.0, 24.4), (13.4, 17.5), (10.0, 7.5), (-5.0, 3.0), (0.0, 2.0),
                                          (10.0, 0.0), (10.0, 10.0), (-3.0, -4.0), (1e9, 1e-9)])
 def test_split_prints_both_signed_terms_and_they_add_up(whole, part, lang):
@@ -229,7 +237,7 @@ def test_every_message_has_a_chinese_translation():
                    v.gap(0.9, 0.8, "B"), v.gap(0.8, 0.9, "B"), v.gap(0.9, 0.9, "B"), v.gap(0.9, 0.9, "B", 0.01),
                    v.gap(1.0, 2.0, "B", higher_is_better=False, unit=""), v.gap(2.0, 1.0, "B", higher_is_better=False,
                                                                                unit=""), v.gap(NAN, 1, "B"),
-                   v.effect(1, 0), v.effect(0, 1), v.effect(1, 1), v.effect(1, 1, 0.1), v.effect(NAN, 1),
+                   v.effect(1, 0), v.effect(0, 1), v.effect(1, 0, 0.1, show_noise=True), v.effect(0, 1, 0.1, show_noise=True), v.effect(1, 1), v.effect(1, 1, 0.1), v.effect(NAN, 1),
                    v.split(1, 2, "甲", "乙"), v.within(0, 1, 2), v.within(3, 1, 2), v.within(1.5, 1, 2),
                    v.model_error(1, 1), v.model_error(2, 1), v.model_error(1, 2), v.winner({"a": 1, "b": 2}),
                    v.winner({"a": 1, "b": 1}), v.winner({"a": 1, "b": NAN}), v.winner({"a": 1, "b": 0}),
