@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import gettext
+import math
 import os
 import threading
 import warnings
@@ -128,6 +129,8 @@ def language() -> str:
 
 def _(message: str) -> str:
     """``message`` in the current language (English when no translation exists)."""
+    if not message:
+        return message  # gettext would answer "" with the catalog's header
     override = getattr(_local, "override", None)
     return (override[1] if override else _catalog).gettext(message)
 
@@ -144,6 +147,8 @@ def count(n, digits: int = 3) -> str:
     """
     n = float(n)
     zh = language() == "zh"
+    if not math.isfinite(n) or abs(n) >= 1e15:  # beyond any count a book writes out
+        return f"{n:.{digits}g}"
     for size, name in (((1e8, " 亿"), (1e4, " 万")) if zh else ((1e9, "B"), (1e6, "M"))):
         if abs(n) >= size:
             x = n / size

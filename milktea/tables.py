@@ -106,7 +106,7 @@ def word(v: str) -> str:
     if ", " in v:  # a list of words ("pearls, sugar"): 珍珠、糖度 in Chinese
         return listing(v.split(", "))
     if "+" in v:
-        return "+".join(_(part) for part in v.split("+"))
+        return "+".join(_(part) for part in v.split("+"))  # _("") is ""
     return v
 
 

@@ -9,8 +9,6 @@ process group); `FakeGroup` and `FakeBucket` run a hook in one process, with no 
 group at all, which is how a hook is unit-tested (and how the exercise grades one).
 
     >>> import torch
-
-from ..i18n import N_
     >>> def halve(state, bucket):     # a do-nothing "hook": average the bucket in fp32
     ...     fut = state.allreduce(bucket.buffer() / state.world_size)
     ...     return fut.then(lambda f: f.value()[0])
@@ -20,6 +18,8 @@ from ..i18n import N_
 from __future__ import annotations
 
 import torch
+
+from ..i18n import N_
 
 
 class FakeBucket:

@@ -26,6 +26,8 @@ from ..tasks import Digits, Quadratic, Task
 
 ITEMS = ("pearls", "sugar", "tea", "ice", "milk", "foam")
 # How the story names them (shown through the catalog: 珍珠、糖度、茶底、冰、牛奶、奶盖)
+# row and run names the chapter shows
+SHOWN = (N_("seed's estimate (1-byte index)"), N_("Top-K + ledger"), N_("Top-K, no ledger"), N_("R whole run"))
 ITEM_NAMES = (N_("pearls"), N_("sugar"), N_("tea"), N_("ice"), N_("milk"), N_("foam"))
 
 

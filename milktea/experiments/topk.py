@@ -20,6 +20,7 @@ from .. import index as index_codec
 from ..checks import check_grad, check_k, check_ratio
 from ..compressors import TopK
 from ..device import pick_device
+from ..tables import word
 from ..i18n import _
 from . import verdicts
 from ..timing import median, time_it
@@ -117,10 +118,11 @@ def selection_verdict(timing: SelectionTiming) -> str:
     last = {name: t[-1] for name, t in timing.times.items()}
     order = sorted(last, key=last.get)
     noise = max(timing.noise[name][-1] for name in order[:2]) if len(order) > 1 else 0.0
-    best = verdicts.winner(last, noise, fmt=lambda t: f"{t * 1e3:.3g} ms")
-    text = _("At n = {n:,} on {device}: {best}.").format(n=n, device=timing.device, best=best)
+    best = verdicts.winner({word(k): v for k, v in last.items()}, noise, fmt=lambda t: f"{t * 1e3:.3g} ms")
+    device = timing.device.upper() if timing.device in ("cpu", "cuda") else timing.device
+    text = _("At n = {n:,} on {device}: {best}.").format(n=n, device=device, best=best)
     if "full sort" in last and order[0] != "full sort":
-        said = verdicts.compare_speed("full sort", last["full sort"], order[0], last[order[0]],
+        said = verdicts.compare_speed(word("full sort"), last["full sort"], word(order[0]), last[order[0]],
                                       max(timing.noise["full sort"][-1], timing.noise[order[0]][-1]))
         text += " " + _("Against the fastest: {said}.").format(said=said)
     if "sampled threshold" in timing.counts and "torch.topk" in timing.counts:

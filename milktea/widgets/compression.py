@@ -9,6 +9,7 @@ from ..experiments.compression import BITS, build_scheme, measure, received, tra
 from ..experiments.gradients import flat_gradient
 from ..plots.compression import received_plot, tradeoff_plot
 from ..i18n import _
+from ..tables import word
 from .panel import slider_style, table, view
 
 SHARES = (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001)
@@ -36,7 +37,7 @@ def compression_view(tensor: torch.Tensor | None = None, share: float = 0.1, bit
         m = measure(scheme, g)
         orig, back = received(build_scheme(share, bits, sparsifier), g)
         html = table([(_("scheme"), m.name), (_("wire bytes"), _("{wire:,} of {dense:,}").format(wire=m.wire_bytes, dense=m.dense_bytes)),
-                      ("R", f"{m.ratio:.1f}x"), (_("relative error"), f"{m.rel_error:.3f}"),
+                      ("R", word(f"{m.ratio:.1f}x")), (_("relative error"), f"{m.rel_error:.3f}"),
                       (_("cosine with the gradient"), f"{m.cosine:.3f}")])
 
         def draw(fig):

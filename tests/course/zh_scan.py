@@ -39,16 +39,16 @@ ALLOW = frozenset(w.lower() for w in """
     K N k n d r R s t p x y g w e T H P Q M m i j
     vs nan NaN inf Inf OK
     digits DGC's A/B Linux macOS Windows Debian Ubuntu Chrome Chromium iid tensor
-    BERT-large GPT-2 XL ResNet-50 Milktea Sans SC WenQuanYi Micro Hei Noto CJK
+    1-bit BERT-large GPT-2 XL ResNet-50 Milktea Sans SC WenQuanYi Micro Hei Noto CJK
     alpha beta gamma
     id ids dtype
 """.split())
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff"
 # Not prose: inline code, math, URLs, file names and paths, keyword arguments in a repr
-# (hidden=32), and an English gloss in full-width brackets after a Chinese term (回环接口（loopback）).
+# (hidden=32), a repr's class name (History(...)), and an English gloss in full-width brackets after a Chinese term (回环接口（loopback）).
 _NOT_PROSE = [re.compile(p, re.S) for p in (
-    rf"(?<=[{_CJK}])（[^（）{_CJK}]*）", r"\b\w+=",
+    rf"(?<=[{_CJK}])（[^（）{_CJK}]*）", r"\b\w+=", r"\b[A-Z][A-Za-z]*(?=\()",
     r"```.*?```", r"`[^`]*`", r"\$\$.*?\$\$", r"(?<!\\)\$[^$\n]+\$", r"\\\(.*?\\\)", r"\\\[.*?\\\]",
     r"https?://\S+", r"\S+\.(?:py|ipynb|json|csv|md|txt|pt|otf|png)\b", r"(?:\.{0,2}/)?(?:[\w.-]+/)+[\w.-]+",
 )]
