@@ -75,7 +75,7 @@ VALUES = (
     N_("dense"), N_("sign"), N_("none"), N_("quantize"), N_("sparsify"), N_("both"), N_("full sort"),
     N_("partition"), N_("sampled threshold"), N_("sparse rows"), N_("low rank"), N_("tiny"),
     N_("one bucket"), N_("{} MB buckets"), N_("nothing"), N_("ef"), N_("allreduce"), N_("allgather"),
-    N_("compress"), N_("dense all-reduce"),
+    N_("compress"), N_("dense all-reduce"), N_("approx Top-{}%+EF"), N_("auto (approx Top-{}%+EF where it pays)"),
 )
 _TIMES = re.compile(r"^([-+]?[\d.,]+)x$")
 

@@ -22,6 +22,7 @@ import torch
 
 from .. import cost
 from ..i18n import N_, _
+from ..tables import word
 from ..timing import median, time_it
 
 # How much a scheme asks of its user: (score 0..4, what it takes)
@@ -199,10 +200,12 @@ def loss_trend_sentence(comparison) -> str:
     rows = loss_trends(comparison)
     bad = [r for r in rows if r["diverging"]]
     if not bad:
-        return ("Every scheme's training loss fell over the run (first and last steps averaged): "
-                + ", ".join(f"{r['scheme']} {r['first loss']:.2f} → {r['last loss']:.2f}" for r in rows) + ".")
-    return ("**Diverging:** " + ", ".join(f"{r['scheme']} (training loss {r['first loss']:.2f} → {r['last loss']:.2f})"
-                                          for r in bad)
-            + ". Its loss ends above where it began, whatever its accuracy after these few steps says. With the "
-              "shared learning rate and momentum 0.9, a biased compressor's ledger can feed the momentum large, "
-              "delayed lumps (chapter 04); give it its own learning rate, less momentum, or DGC's momentum correction.")
+        return _("Every scheme's training loss fell over the run (first and last steps averaged): {runs}.").format(
+            runs=_(", ").join(_("{scheme} {first:.2f} → {last:.2f}").format(
+                scheme=word(r["scheme"]), first=r["first loss"], last=r["last loss"]) for r in rows))
+    return _("**Diverging:** {runs}. Its loss ends above where it began, whatever its accuracy after these few "
+             "steps says. With the shared learning rate and momentum 0.9, a biased compressor's ledger can feed "
+             "the momentum large, delayed lumps (chapter 04); give it its own learning rate, less momentum, or "
+             "DGC's momentum correction.").format(
+        runs=_(", ").join(_("{scheme} (training loss {first:.2f} → {last:.2f})").format(
+            scheme=word(r["scheme"]), first=r["first loss"], last=r["last loss"]) for r in bad))
