@@ -41,7 +41,7 @@ COLUMNS = (
     N_("MB per worker"), N_("rank"), N_("after {} warm steps"), N_("best possible (SVD)"), N_("label"),
     N_("step_ms"), N_("payload_mb"), N_("codec_ms"), N_("predicted_ms"), N_("ratio"), N_("top-4 energy"),
     N_("held-out accuracy"), N_("held-out loss"), N_("step"), N_("needs"), N_("complexity"), N_("step ms"),
-    N_("MB per step"),
+    N_("MB per step"), N_("||mean - x|| / ||x||"),
 )
 
 

@@ -39,8 +39,8 @@ ALLOW = frozenset(w.lower() for w in """
     K N k n d r R s t p x y g w e T H P Q M m i j
     vs nan NaN inf Inf OK
     digits DGC's A/B Linux macOS Windows Debian Ubuntu Chrome Chromium iid tensor
-    1-bit BERT-large GPT-2 XL ResNet-50 Milktea Sans SC WenQuanYi Micro Hei Noto CJK
-    alpha beta gamma
+    Sign Sign+EF 1-bit BERT-large GPT-2 XL ResNet-50 Milktea Sans SC WenQuanYi Micro Hei Noto CJK
+    alpha beta gamma sqrt log exp max min argmax
     id ids dtype
 """.split())
 
