@@ -11,7 +11,7 @@ TORCH ?= torch==2.13.0
 # JupyterLab refuses to run as root unless told; containers often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 
-.PHONY: lab lab-zh test setup doctor bench strip lint i18n clean
+.PHONY: lab lab-zh test test-fast setup doctor bench strip lint i18n clean
 
 setup: $(VENV)/.installed
 
@@ -40,8 +40,16 @@ lab-zh: setup
 	JUPYTER_CONFIG_DIR=$(LAB_ZH) $(BIN)/python -m jupyter lab $(ROOT_FLAG) --LabApp.custom_css=True \
 	  --LabApp.app_settings_dir=tools/lab-zh notebooks/zh/00_welcome.ipynb
 
+# Every test, on as many workers as the machine has cores (pytest-xdist); the slowest are
+# listed at the end. The folders say what a test costs: tests/unit (in-process),
+# tests/integration (starts processes), tests/course (notebooks, browser, exercises).
+PYTEST_WORKERS ?= auto
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=25
+
+# The edit-test loop: every in-process test, in a few minutes.
+test-fast: setup
+	$(BIN)/python -m pytest tests/unit -n $(PYTEST_WORKERS) --durations=10
 
 doctor: setup
 	$(BIN)/python -m milktea doctor

@@ -1,4 +1,14 @@
-"""Shared test set-up: headless plotting, a sane thread count, the repo root, timings."""
+"""Shared test set-up: the three tiers, headless plotting, a sane thread count, timings.
+
+The folder a test lives in says what it costs, and sets its marker:
+
+    tests/unit/         in-process only: no process is started (checked while it runs)
+    tests/integration/  starts processes: worker ranks, torchrun, sandboxed children, CLIs
+    tests/course/       executes the course: notebooks, the browser, exercises end to end
+
+`make test-fast` runs tests/unit; `make test` runs everything. Helper modules that tests
+and worker processes import by name (dist_workers, compressor_zoo, ...) live in tests/.
+"""
 import json
 import os
 import sys
@@ -7,14 +17,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # the tests run against this checkout, installed or not
-    sys.path.insert(0, str(ROOT))
+TESTS = ROOT / "tests"
+TIERS = ("unit", "integration", "course")
+for path in (TESTS, ROOT):   # this checkout, installed or not; tests/ for the helper modules
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
 os.environ["MPLBACKEND"] = "Agg"  # no window may open during a test
 
 # Property tests draw the same examples on every run, so a failure in CI is a bug that
 # reproduces, never bad luck. To search for new failing examples locally:
-#   HYPOTHESIS_PROFILE=explore python -m pytest tests/test_wire_fuzz.py
+#   HYPOTHESIS_PROFILE=explore python -m pytest tests/unit/test_wire_fuzz.py
 try:
     from hypothesis import settings as _hypothesis_settings
     _hypothesis_settings.register_profile("repeatable", derandomize=True, database=None)
@@ -27,15 +40,39 @@ except ImportError:
 _WALL_TIMES = pytest.StashKey[dict]()
 
 
+def tier_of(path) -> str | None:
+    """'unit', 'integration' or 'course' for a test file under tests/<tier>/, else None."""
+    try:
+        parts = Path(path).resolve().relative_to(TESTS).parts
+    except ValueError:
+        return None
+    return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
+
+
 def pytest_configure(config):
     config.stash[_WALL_TIMES] = {}
+    for tier, what in (("unit", "in-process, no process started (tests/unit)"),
+                       ("integration", "starts processes (tests/integration)"),
+                       ("course", "executes the course: notebooks, browser, exercises (tests/course)")):
+        config.addinivalue_line("markers", f"{tier}: {what}")
     try:
         import torch
     except ImportError:
         return
-    # More threads than usable cores only adds contention on a small shared machine.
+    # More threads than usable cores only adds contention on a small shared machine; under
+    # pytest-xdist the cores are shared between the workers.
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), cores or 1, 8)))
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), (cores or 1) // workers, 8)))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        tier = tier_of(item.path)
+        if tier is None:
+            raise pytest.UsageError(f"{item.nodeid}: put each test file in tests/unit, "
+                                    "tests/integration or tests/course (see tests/conftest.py)")
+        item.add_marker(tier)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Keep the Chinese edition in step with the English one (the rules of tests/test_zh_parity.py).
+"""Keep the Chinese edition in step with the English one (the rules of tests/unit/test_zh_parity.py).
 
 Every English notebook `DIR/NAME.ipynb` (DIR = notebooks or solutions) has a Chinese twin
 `DIR/zh/NAME.ipynb` with the same cells in the same order: same types, ids and metadata.

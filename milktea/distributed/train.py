@@ -289,7 +289,7 @@ def config_from_arguments(a: argparse.Namespace, defaults: TrainConfig | None = 
 
 def add_run_arguments(ap: argparse.ArgumentParser, workers: int | None = 2) -> None:
     """The options of a run rather than of training: local workers and the hang timeout.
-    Every flag here and in add_config_arguments is checked (tests/test_launch_cli.py)
+    Every flag here and in add_config_arguments is checked (tests/integration/test_launch_cli.py)
     never to be a prefix of one of torchrun's, which would make torchrun reject it."""
     ap.add_argument("--workers", type=int, default=workers,
                     help="local worker processes to start" + (" (not with torchrun)" if workers is None else ""))

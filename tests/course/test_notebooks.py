@@ -1,0 +1,201 @@
+"""Every course notebook runs top to bottom in a fresh kernel; none is stored with outputs.
+
+The chapters are notebooks/*.ipynb and the Chinese edition's notebooks/zh/*.ipynb, found at
+run time (the template below is the English edition's; tests/unit/test_zh_parity.py holds the
+Chinese one to the same cells); tests/fixtures/widgets_demo.ipynb
+(a figure and a slider-driven view) runs beside them so the harness itself is always exercised.
+"""
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGLISH = sorted((ROOT / "notebooks").glob("*.ipynb"))
+CHINESE = sorted((ROOT / "notebooks" / "zh").glob("*.ipynb"))
+CHAPTERS = ENGLISH + CHINESE
+FIXTURE = ROOT / "tests" / "fixtures" / "widgets_demo.ipynb"
+STORED = sorted(p for folder in ("notebooks", "exercises", "solutions", "tests/fixtures")
+                for p in (ROOT / folder).rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+CELL_TIMEOUT = 120  # seconds per cell
+
+
+def _id(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
+
+
+def _kernel_manager():
+    """A kernel from the interpreter running the tests, whatever kernelspecs are installed."""
+    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    class ThisPython(KernelSpecManager):
+        def get_kernel_spec(self, kernel_name):
+            # MPLBACKEND is unset so the kernel uses the inline backend, as in JupyterLab:
+            # figures are really drawn, and a figure that fails to draw fails its cell.
+            return KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f",
+                                    "{connection_file}"],
+                              display_name="milktea tests", language="python",
+                              env={"MPLBACKEND": "module://matplotlib_inline.backend_inline",
+                                   "PYTHONPATH": os.pathsep.join(
+                                       filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+
+    return KernelManager(kernel_spec_manager=ThisPython(), kernel_name="python3")
+
+
+def run_notebook(path: Path):
+    """Execute every code cell in order; return the executed notebook and
+    {cell index: seconds}.
+
+    Fails the calling test with the cell index, its first lines and the error.
+    """
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, km=_kernel_manager(), timeout=CELL_TIMEOUT,
+                            allow_errors=False, record_timing=False,
+                            resources={"metadata": {"path": str(path.parent)}})
+    times = {}
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            t0 = time.perf_counter()
+            try:
+                client.execute_cell(cell, index, execution_count=len(times) + 1)
+            except (CellExecutionError, CellTimeoutError, DeadKernelError) as e:
+                head = "\n".join("    " + line for line in cell.source.splitlines()[:8])
+                pytest.fail(f"{_id(path)}: cell {index} failed ({type(e).__name__}) after "
+                            f"{time.perf_counter() - t0:.1f} s\n{head}\n\n{e}", pytrace=False)
+            times[index] = time.perf_counter() - t0
+    return nb, times
+
+
+@pytest.mark.notebooks
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("path", CHAPTERS + [FIXTURE], ids=_id)
+def test_notebook_runs_top_to_bottom(path, wall_times):
+    t0 = time.perf_counter()
+    nb, times = run_notebook(path)
+    total = time.perf_counter() - t0
+    assert sorted(times) == [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    if path == FIXTURE:  # the harness itself: figures are really drawn, widgets displayed
+        kinds = [set(o.get("data", {})) for c in nb.cells if c.cell_type == "code"
+                 for o in c.outputs]
+        assert any("image/png" in k for k in kinds), "the inline backend drew no figure"
+        assert any("application/vnd.jupyter.widget-view+json" in k for k in kinds)
+    wall_times.setdefault("notebooks (fresh kernel, top to bottom)", {})[_id(path)] = total
+    if times:
+        slowest = max(times, key=times.get)
+        wall_times.setdefault("slowest cell of each notebook", {})[
+            f"{_id(path)} cell {slowest}"] = times[slowest]
+
+
+@pytest.mark.parametrize("path", STORED, ids=_id)
+def test_notebook_is_stored_clean(path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    assert nb.get("nbformat") == 4, f"{_id(path)}: not an nbformat 4 notebook"
+    fix = "run: make strip (nbstripout --keep-id)"
+    assert "widgets" not in nb.get("metadata", {}), f"{_id(path)} stores widget state; {fix}"
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        assert cell.get("outputs") == [], f"{_id(path)}: cell {i} has stored outputs; {fix}"
+        assert cell.get("execution_count") is None, \
+            f"{_id(path)}: cell {i} has an execution count; {fix}"
+
+
+@pytest.mark.parametrize("edition", [ENGLISH, CHINESE], ids=["en", "zh"])
+def test_chapters_are_named_by_number(edition):
+    names = [p.name for p in edition]
+    for name in names:
+        assert re.fullmatch(r"\d\d_[a-z0-9_]+\.ipynb", name), \
+            f"chapter {name!r}: name it notebooks/NN_<slug>.ipynb (lower case, underscores)"
+    numbers = [name[:2] for name in names]
+    assert len(set(numbers)) == len(numbers), f"two chapters share a number: {names}"
+
+
+def _nbstripout(*args):
+    """nbstripout as `make strip` and the pre-commit hook run it (cell ids kept)."""
+    pytest.importorskip("nbstripout", reason="nbstripout is in the test extra: pip install -e '.[test]'")
+    import subprocess
+    return subprocess.run([sys.executable, "-m", "nbstripout", "--keep-id", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_stored_notebooks_are_what_nbstripout_leaves():
+    out = _nbstripout("--verify", *map(str, STORED))
+    assert out.returncode == 0, f"notebooks with outputs or run metadata; run: make strip\n{out.stdout}{out.stderr}"
+
+
+def test_strip_tool_removes_outputs(tmp_path):
+    nb = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    nb["metadata"]["widgets"] = {"application/vnd.jupyter.widget-state+json": {}}
+    code = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    code["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["hi\n"]}]
+    code["execution_count"] = 3
+    code["metadata"]["execution"] = {"iopub.status.idle": "2024-01-01T00:00:00Z"}
+    dirty = tmp_path / "dirty.ipynb"
+    dirty.write_text(json.dumps(nb), encoding="utf-8")
+    assert _nbstripout("--verify", str(dirty)).returncode == 1
+    assert _nbstripout(str(dirty)).returncode == 0
+    assert _nbstripout("--verify", str(dirty)).returncode == 0
+    assert dirty.read_text(encoding="utf-8") == FIXTURE.read_text(encoding="utf-8")  # ids kept
+
+
+def test_harness_names_the_failing_cell(tmp_path):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+    nb = new_notebook(cells=[new_markdown_cell("# broken"), new_code_cell("x = 1"),
+                             new_code_cell("y = x / 0"), new_code_cell("never = True")])
+    path = tmp_path / "broken.ipynb"
+    nbformat.write(nb, path)
+    with pytest.raises(pytest.fail.Exception) as e:
+        run_notebook(path)
+    msg = str(e.value)
+    assert "cell 2 failed" in msg and "ZeroDivisionError" in msg and "y = x / 0" in msg
+
+
+# --- one template for every chapter ---------------------------------------------------------
+# (what, a test on the chapter's markdown and code) -- each chapter must have all of them
+SKELETON = [
+    ("learning goals", lambda md, code: "**In this chapter you will**" in md),
+    ("the story", lambda md, code: re.search(r"^## The story", md, re.M) is not None),
+    ("a displayed formula", lambda md, code: "$$" in md),
+    ("a library call", lambda md, code: re.search(r"^\s*(from milktea|import milktea)", code, re.M) is not None),
+    ("an interactive view", lambda md, code: re.search(r"from milktea\.widgets", code) is not None),
+    ("a summary", lambda md, code: re.search(r"^## Summary", md, re.M) is not None),
+    ("an exercise pointer", lambda md, code: re.search(r"^## Exercise", md, re.M) is not None),
+    ("check-yourself questions with answers",
+     lambda md, code: re.search(r"^## Check yourself", md, re.M) is not None and "<summary>Answers</summary>" in md),
+    ("a Next link", lambda md, code: re.search(r"\*\*Next:\*\*[^\n]*\]\(\d\d_[a-z0-9_]+\.ipynb\)", md) is not None),
+]
+
+
+@pytest.mark.parametrize("path", ENGLISH, ids=_id)
+def test_chapter_follows_the_template(path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    text = lambda kind: "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == kind)
+    md, code = text("markdown"), text("code")
+    missing = [what for what, ok in SKELETON if not ok(md, code)]
+    assert not missing, f"{_id(path)} lacks: {', '.join(missing)}"
+    order = [md.find("**In this chapter you will**"), md.find("## Summary"), md.rfind("**Next:**")]
+    assert order == sorted(order), f"{_id(path)}: goals, then the summary, then the Next link"
+    for target in re.findall(r"\*\*Next:\*\*[^\n]*?\]\((\d\d_[a-z0-9_]+\.ipynb)\)", md):
+        assert (path.parent / target).exists(), f"{_id(path)}: the Next link points to a missing {target}"
+
+
+def test_template_check_catches_a_missing_part():
+    nb = json.loads(ENGLISH[1].read_text(encoding="utf-8"))
+    md = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert all(ok(md, code) for _, ok in SKELETON)
+    broken = md.replace("## Check yourself", "## Questions")
+    assert [w for w, ok in SKELETON if not ok(broken, code)] == ["check-yourself questions with answers"]

@@ -1,0 +1,28 @@
+"""Ranks leave cleanly: under torchrun a finished run exits 0, every time.
+
+DistributedDataParallel keeps its gloo process group alive after the model is gone, so
+gloo's threads are still running when the interpreter tears down, and a few normal exits
+in twenty abort (SIGABRT, "terminate called without an active exception") after the work
+is done. milktea's entry points leave through `milktea.distributed.launch.end_process`.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(900)]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
+
+
+@pytest.mark.skipif(not os.path.exists(TORCHRUN), reason="torchrun is not installed beside this Python")
+def test_torchrun_training_exits_zero_twenty_times_in_a_row():
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    cmd = [TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "milktea.train",
+           "--scheme", "int8", "--steps", "2", "--hidden", "16"]
+    for attempt in range(20):
+        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and "terminate called" not in r.stderr, \
+            f"run {attempt + 1} of 20 ended with {r.returncode}:\n{r.stderr[-3000:]}"
+        assert "int8: 2 workers" in r.stdout

@@ -1,0 +1,47 @@
+"""tests/unit: in-process tests. None may start a process; this checks it while they run.
+
+A test that needs a process (worker ranks, a CLI, a sandboxed child, a linter) belongs in
+tests/integration/. Statically, tests/unit/test_layout.py refuses the imports that start them.
+"""
+import os
+import traceback
+
+import _posixsubprocess
+import subprocess
+
+import pytest
+
+_PATCHED = [(os, "fork"), (os, "forkpty"), (os, "posix_spawn"), (os, "posix_spawnp"),
+            (os, "system"), (_posixsubprocess, "fork_exec"),
+            (subprocess, "_fork_exec")]   # subprocess keeps its own reference
+
+
+def _refuse(name):
+    def refused(*args, **kwargs):
+        where = "".join(traceback.format_stack(limit=8)[:-1])
+        raise RuntimeError(f"a unit test may not start a process (it called {name}); move the "
+                           f"test to tests/integration/. Called from:\n{where}")
+    return refused
+
+
+def _warm_caches():
+    """Library code that runs a helper program once and caches the answer (matplotlib asks
+    fc-list for the system's fonts): run it before any test, so no test pays for it."""
+    try:
+        from matplotlib import font_manager
+        font_manager.findSystemFonts()
+    except Exception:  # noqa: BLE001 - a missing matplotlib fails the tests that need it
+        pass
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _caches_warm():
+    _warm_caches()
+
+
+@pytest.fixture(autouse=True)
+def _no_process(monkeypatch, _caches_warm):
+    for module, name in _PATCHED:
+        if hasattr(module, name):
+            monkeypatch.setattr(module, name, _refuse(f"{module.__name__}.{name}"))
+    yield
