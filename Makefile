@@ -69,7 +69,7 @@ lint: setup
 
 # The library's Chinese strings: collect every _() / N_() message from milktea/ into the
 # template, merge it into the zh_CN catalog (translate the new entries there), compile
-# the .mo that ships in the package. tests/test_i18n.py fails when one step was skipped.
+# the .mo that ships in the package. tests/unit/test_i18n.py fails when one step was skipped.
 LOCALE := milktea/locale
 i18n: setup
 	$(BIN)/pybabel extract --no-location --sort-output -k N_ -o $(LOCALE)/milktea.pot milktea solutions
