@@ -49,8 +49,16 @@ def tier_of(path) -> str | None:
     return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
 
 
+def _is_worker(config) -> bool:
+    return hasattr(config, "workerinput")   # a pytest-xdist worker, not the controller
+
+
 def pytest_configure(config):
     config.stash[_WALL_TIMES] = {}
+    if not _is_worker(config):   # before the workers start: they inherit the run's id
+        import executed
+        executed.run_id()
+        executed.forget_old_runs()
     for tier, what in (("unit", "in-process, no process started (tests/unit)"),
                        ("integration", "starts processes (tests/integration)"),
                        ("course", "executes the course: notebooks, browser, exercises (tests/course)")):
@@ -73,6 +81,31 @@ def pytest_collection_modifyitems(config, items):
             raise pytest.UsageError(f"{item.nodeid}: put each test file in tests/unit, "
                                     "tests/integration or tests/course (see tests/conftest.py)")
         item.add_marker(tier)
+    # The longest first, so that parallel workers finish together: notebook runs (by their
+    # last recorded time), then the rest of the course, integration, unit.
+    last = _last_wall_times()
+    rank = {"course": 1, "integration": 2, "unit": 3}
+
+    def key(item):
+        runs = item.get_closest_marker("notebooks") is not None and "test_notebook_runs" in item.name
+        return (0 if runs else rank[tier_of(item.path)], -last.get(item.nodeid, 0.0))
+    items.sort(key=key)   # stable: within a rank, collection order
+
+
+def _last_wall_times() -> dict:
+    """{test id: seconds} of the last run (results/durations.json), or {}."""
+    try:
+        return json.loads((ROOT / "results" / "durations.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        _DURATIONS[report.nodeid] = report.duration
+
+
+_DURATIONS: dict = {}
 
 
 @pytest.fixture(scope="session")
@@ -82,12 +115,36 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def wall_times(pytestconfig) -> dict:
-    """{section: {name: seconds}}, printed at the end of the run."""
+    """{section: {name: seconds}}, printed at the end of the run (by the controller, merged from
+    every xdist worker)."""
     return pytestconfig.stash[_WALL_TIMES]
 
 
+def _wall_dir() -> Path:
+    import executed
+    return executed.RUNS / executed.run_id() / "wall_times"
+
+
+def pytest_sessionfinish(session):
+    config = session.config
+    if _is_worker(config):   # hand this worker's wall times to the controller
+        times = config.stash.get(_WALL_TIMES, {})
+        if times:
+            _wall_dir().mkdir(parents=True, exist_ok=True)
+            (_wall_dir() / f"{config.workerinput['workerid']}.json").write_text(json.dumps(times))
+        return
+    if _DURATIONS:   # the next run orders its tests by these (longest first)
+        old = _last_wall_times()
+        (ROOT / "results").mkdir(exist_ok=True)
+        (ROOT / "results" / "durations.json").write_text(json.dumps({**old, **_DURATIONS}, indent=0))
+
+
 def pytest_terminal_summary(terminalreporter, config):
-    recorded = {k: v for k, v in config.stash.get(_WALL_TIMES, {}).items() if v}
+    recorded = dict(config.stash.get(_WALL_TIMES, {}))
+    for f in sorted(_wall_dir().glob("*.json")) if _wall_dir().is_dir() else []:
+        for section, times in json.loads(f.read_text()).items():
+            recorded.setdefault(section, {}).update(times)
+    recorded = {k: v for k, v in recorded.items() if v}
     if recorded:  # also kept for comparing runs: results/wall_times.json
         (ROOT / "results").mkdir(exist_ok=True)
         (ROOT / "results" / "wall_times.json").write_text(json.dumps(recorded, indent=1))

@@ -4,97 +4,69 @@ The chapters are notebooks/*.ipynb and the Chinese edition's notebooks/zh/*.ipyn
 run time (the template below is the English edition's; tests/unit/test_zh_parity.py holds the
 Chinese one to the same cells); tests/fixtures/widgets_demo.ipynb
 (a figure and a slider-driven view) runs beside them so the harness itself is always exercised.
+Each notebook is executed once per test run (tests/executed.py): the English chapters at full
+size, the Chinese ones with MILKTEA_SIZE=small, and every test that reads outputs shares them.
 """
 import json
-import os
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from executed import ROOT, NotebookFailed, executed, run_notebook
+
 ENGLISH = sorted((ROOT / "notebooks").glob("*.ipynb"))
 CHINESE = sorted((ROOT / "notebooks" / "zh").glob("*.ipynb"))
 CHAPTERS = ENGLISH + CHINESE
 FIXTURE = ROOT / "tests" / "fixtures" / "widgets_demo.ipynb"
 STORED = sorted(p for folder in ("notebooks", "exercises", "solutions", "tests/fixtures")
                 for p in (ROOT / folder).rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-CELL_TIMEOUT = 120  # seconds per cell
 
 
 def _id(path: Path) -> str:
     return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
 
 
-def _kernel_manager():
-    """A kernel from the interpreter running the tests, whatever kernelspecs are installed."""
-    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
-    from jupyter_client.manager import KernelManager
-
-    class ThisPython(KernelSpecManager):
-        def get_kernel_spec(self, kernel_name):
-            # MPLBACKEND is unset so the kernel uses the inline backend, as in JupyterLab:
-            # figures are really drawn, and a figure that fails to draw fails its cell.
-            return KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f",
-                                    "{connection_file}"],
-                              display_name="milktea tests", language="python",
-                              env={"MPLBACKEND": "module://matplotlib_inline.backend_inline",
-                                   "PYTHONPATH": os.pathsep.join(
-                                       filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
-
-    return KernelManager(kernel_spec_manager=ThisPython(), kernel_name="python3")
-
-
-def run_notebook(path: Path):
-    """Execute every code cell in order; return the executed notebook and
-    {cell index: seconds}.
-
-    Fails the calling test with the cell index, its first lines and the error.
-    """
-    import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
-
-    nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, km=_kernel_manager(), timeout=CELL_TIMEOUT,
-                            allow_errors=False, record_timing=False,
-                            resources={"metadata": {"path": str(path.parent)}})
-    times = {}
-    with client.setup_kernel():
-        for index, cell in enumerate(nb.cells):
-            if cell.cell_type != "code":
-                continue
-            t0 = time.perf_counter()
-            try:
-                client.execute_cell(cell, index, execution_count=len(times) + 1)
-            except (CellExecutionError, CellTimeoutError, DeadKernelError) as e:
-                head = "\n".join("    " + line for line in cell.source.splitlines()[:8])
-                pytest.fail(f"{_id(path)}: cell {index} failed ({type(e).__name__}) after "
-                            f"{time.perf_counter() - t0:.1f} s\n{head}\n\n{e}", pytrace=False)
-            times[index] = time.perf_counter() - t0
-    return nb, times
+def ran(path: Path):
+    """The executed copy of `path`, or the test fails with the cell that stopped it."""
+    try:
+        return executed(path)
+    except NotebookFailed as e:
+        pytest.fail(str(e), pytrace=False)
 
 
 @pytest.mark.notebooks
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("path", CHAPTERS + [FIXTURE], ids=_id)
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xdist_group(_id(p)))
+                                  for p in CHAPTERS + [FIXTURE]], ids=_id)
 def test_notebook_runs_top_to_bottom(path, wall_times):
-    t0 = time.perf_counter()
-    nb, times = run_notebook(path)
-    total = time.perf_counter() - t0
+    run = ran(path)
+    nb, times = run.nb, run.times
     assert sorted(times) == [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     if path == FIXTURE:  # the harness itself: figures are really drawn, widgets displayed
         kinds = [set(o.get("data", {})) for c in nb.cells if c.cell_type == "code"
                  for o in c.outputs]
         assert any("image/png" in k for k in kinds), "the inline backend drew no figure"
         assert any("application/vnd.jupyter.widget-view+json" in k for k in kinds)
-    wall_times.setdefault("notebooks (fresh kernel, top to bottom)", {})[_id(path)] = total
+        assert nb.metadata.get("widgets"), "the widget state was not saved for the browser"
+    wall_times.setdefault("notebooks (fresh kernel, top to bottom)", {})[f"{_id(path)} ({run.size})"] = run.seconds
     if times:
         slowest = max(times, key=times.get)
         wall_times.setdefault("slowest cell of each notebook", {})[
             f"{_id(path)} cell {slowest}"] = times[slowest]
+
+
+@pytest.mark.notebooks
+@pytest.mark.timeout(1800)   # it may wait for the chapter's run
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xdist_group(_id(p))) for p in CHINESE], ids=_id)
+def test_chinese_chapter_shows_no_english(path):
+    """Everything the executed Chinese chapter shows (printed text, tables, reprs, figures'
+    glyph warnings, widget labels) is Chinese, but for the allow-list of tests/course/zh_scan.py."""
+    from zh_scan import scan
+    findings = scan(ran(path).nb)
+    assert not findings, f"{_id(path)} shows, at run time:\n" + "\n".join(map(str, findings[:40])) + \
+        (f"\n... and {len(findings) - 40} more" if len(findings) > 40 else "")
 
 
 @pytest.mark.parametrize("path", STORED, ids=_id)
@@ -157,7 +129,7 @@ def test_harness_names_the_failing_cell(tmp_path):
                              new_code_cell("y = x / 0"), new_code_cell("never = True")])
     path = tmp_path / "broken.ipynb"
     nbformat.write(nb, path)
-    with pytest.raises(pytest.fail.Exception) as e:
+    with pytest.raises(NotebookFailed) as e:
         run_notebook(path)
     msg = str(e.value)
     assert "cell 2 failed" in msg and "ZeroDivisionError" in msg and "y = x / 0" in msg
