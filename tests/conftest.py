@@ -106,6 +106,22 @@ def pytest_runtest_logreport(report):
 
 
 _DURATIONS: dict = {}
+CPU_SECTION = "slowest 25 tests by CPU time (s, with their child processes; load-independent)"
+
+
+def _cpu() -> float:
+    import resource
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """What each test costs in CPU seconds, set-up and child processes included: a machine shared
+    with other work stretches wall times, not these (children count once they have been reaped)."""
+    before = _cpu()
+    yield
+    item.config.stash[_WALL_TIMES].setdefault(CPU_SECTION, {})[item.nodeid] = _cpu() - before
 
 
 @pytest.fixture(scope="session")
@@ -148,6 +164,13 @@ def pytest_terminal_summary(terminalreporter, config):
     if recorded:  # also kept for comparing runs: results/wall_times.json
         (ROOT / "results").mkdir(exist_ok=True)
         (ROOT / "results" / "wall_times.json").write_text(json.dumps(recorded, indent=1))
+    if CPU_SECTION in recorded:
+        costliest = sorted(recorded[CPU_SECTION].items(), key=lambda kv: -kv[1])
+        recorded[CPU_SECTION] = dict(costliest[:25])
+        total = sum(v for _, v in costliest)
+        by_tier = {t: sum(v for k, v in costliest if k.startswith(f"tests/{t}/")) for t in TIERS}
+        terminalreporter.write_line("CPU time of all tests: " + f"{total:.0f} s (" +
+                                    ", ".join(f"{t} {v:.0f} s" for t, v in by_tier.items()) + ")")
     for section, times in recorded.items():
         if not times:
             continue

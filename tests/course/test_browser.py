@@ -636,7 +636,9 @@ def test_render_check_catches_a_broken_run(kind, lab, page):
     cell = new_code_cell("x = 1")
     cell.outputs = [new_output(**BAD_RUN[kind])]
     cell.execution_count = 1
-    nb = new_notebook(cells=[cell, new_code_cell("import ipywidgets as w\nw.IntSlider()")])
+    nb = new_notebook(cells=[cell, new_code_cell("import ipywidgets as w\nw.IntSlider()")],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                               "language": "python"}})
     slider = {"model_id": "m1", "version_major": 2, "version_minor": 0}
     nb.cells[1].outputs = [new_output("display_data", data={"text/plain": "IntSlider()",
                                       "application/vnd.jupyter.widget-view+json": slider})]
