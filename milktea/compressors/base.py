@@ -6,17 +6,52 @@ from typing import Sequence
 
 import torch
 
+from .. import trace
 from ..checks import check_choice, check_grad, NONFINITE_POLICIES
 from ..packet import Packet
 from .registry import decode, decode_add, decode_mean, register_library_codec
 from .wire import dense_add, dense_decode, to_bytes
+
+#: The fused-step contract. A compressor lists in `fast_paths` the shortcuts its own methods
+#: take; the callers (error feedback's ledger, the DDP hook's protocols) read that set and
+#: nothing else. Each shortcut gives the bits of the generic path, and each relies on the
+#: methods named here: a subclass that overrides one of them loses that shortcut (the
+#: generic path runs instead) unless its own class body declares `fast_paths` again.
+FAST_PATHS = {
+    # decompress_mean is the codec registry's decode_mean: a sparse packet's mean touches only
+    # its own entries; a mean's last quantized or sign packet is added and divided in one pass
+    "codec_mean": ("decompress", "decompress_add", "decompress_mean"),
+    # compress_with_feedback crosses out of the ledger exactly the values it sent (sparsifiers:
+    # the kept entries are zeroed, nothing is decoded); Chain: through its first stage's
+    "exact_step": ("_compress", "compress_with_feedback"),
+    # compress_with_feedback(residual, grad=g) adds g into the ledger in the same pass over
+    # memory that selects (Top-K) or packs (Sign), for a ledger and gradient of one dtype
+    "fused_add": ("_compress", "compress_with_feedback", "select"),
+    # compress_with_feedback(..., clear_grad=True) zeroes g in that step, and the mean of the
+    # packets writes only the entries they list: the hook may write the mean onto those zeros
+    # (decompress_mean(zeroed=True)) instead of zeroing the bucket once more
+    "clears_gradient": ("_compress", "compress_with_feedback", "decompress", "decompress_add",
+                        "decompress_mean"),
+}
+
 
 class Compressor:
     """Base class: ``compress(tensor) -> Packet``, ``decompress(packet) -> tensor``.
 
     Subclasses set ``codec`` and implement ``_compress(tensor)``; decoding is a
     function of the packet alone (see :func:`milktea.compressors.decode`), registered by
-    the subclass's module with :func:`milktea.compressors.register_codec`.
+    the subclass's module with :func:`milktea.compressors.register_codec`. The generic
+    methods below are always right; `fast_paths` (see FAST_PATHS) says which of them a
+    class replaces by a faster one with the same bits.
+
+    >>> from milktea import TopK, Quantize
+    >>> sorted(TopK.fast_paths)
+    ['clears_gradient', 'codec_mean', 'exact_step', 'fused_add']
+    >>> class Rounded(Quantize):                        # changes what is sent...
+    ...     def _compress(self, t):
+    ...         return super()._compress(t.round())
+    >>> sorted(Rounded.fast_paths)                      # ...and keeps only what does not depend on it
+    ['codec_mean']
     """
     codec = "dense"
     protocol = "allgather"   # how packets cross the wire: see milktea.distributed.protocols
@@ -30,6 +65,21 @@ class Compressor:
     #: which rounds it to inf); error feedback refuses a gradient that would push its
     #: ledger there before adding it, so a refused gradient leaves the ledger unchanged.
     overflow_at = float("inf")
+    #: The fused-step contract's shortcuts this class takes (FAST_PATHS); the base class's
+    #: mean is the codec's own.
+    fast_paths: frozenset = frozenset({"codec_mean"})
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "fast_paths" in cls.__dict__:        # declared by this class: trusted, names checked
+            cls.fast_paths = frozenset(cls.fast_paths)
+            unknown = cls.fast_paths - set(FAST_PATHS)
+            if unknown:
+                raise TypeError(f"{cls.__name__}.fast_paths names {sorted(unknown)}; the fast paths are "
+                                f"{sorted(FAST_PATHS)}")
+            return
+        mine = set(cls.__dict__)               # inherited: keep those whose methods it did not replace
+        cls.fast_paths = frozenset(p for p in cls.fast_paths if not mine & set(FAST_PATHS[p]))
 
     def __init__(self, nonfinite: str = "raise"):
         self.nonfinite = check_choice(nonfinite, NONFINITE_POLICIES, "nonfinite")
@@ -79,8 +129,7 @@ class Compressor:
         """
         if not packets:
             raise ValueError("decompress_mean needs at least one packet")
-        if type(self).decompress is Compressor.decompress and \
-                type(self).decompress_add is Compressor.decompress_add:
+        if "codec_mean" in self.fast_paths:
             return decode_mean(packets, out, zeroed)      # the codecs' own: O(k) for sparse packets
         self.decompress(packets[0], out=out)
         for p in packets[1:]:
@@ -111,6 +160,8 @@ class Compressor:
         """
         if not isinstance(residual, torch.Tensor) or not residual.is_contiguous():
             raise ValueError("the residual must be a contiguous tensor (error feedback's ledger)")
+        if trace.ENABLED:
+            trace.note(step="generic step")
         if grad is not None:
             self.add_to_ledger(residual, grad)
             if clear_grad:

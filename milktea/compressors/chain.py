@@ -31,6 +31,9 @@ class Chain(Compressor):
     codec = "chain"
     protocol = "allgather"
     biased = True
+    #: a chain's own step goes through its first stage's: an instance keeps these where its
+    #: first stage has them (and Top-K's fused add with them)
+    fast_paths = frozenset({"codec_mean", "exact_step", "clears_gradient"})
 
     def __init__(self, first: Sparsifier, second: Compressor):
         if not isinstance(first, Sparsifier):
@@ -40,6 +43,9 @@ class Chain(Compressor):
                             f"got {second!r}")
         super().__init__(first.nonfinite)
         self.first, self.second = first, second
+        through = {"exact_step", "clears_gradient", "fused_add"} & first.fast_paths
+        self.fast_paths = type(self).fast_paths - {"exact_step", "clears_gradient"} | (
+            through if "exact_step" in type(self).fast_paths else set())
 
     @property
     def name(self) -> str:
@@ -63,10 +69,7 @@ class Chain(Compressor):
         selects in one pass), then the values' rounding by the second stage is put back
         in the ledger: the same packet and ledger, bit for bit, as compressing the updated
         ledger and subtracting the decoded packet, with one pass over memory instead of four."""
-        first = type(self.first)
-        if dtype not in (None, residual.dtype) or type(self)._compress is not Chain._compress or \
-                first.compress_with_feedback is not Sparsifier.compress_with_feedback or \
-                first._compress is not Sparsifier._compress:   # only where the first stage sends exactly
+        if "exact_step" not in self.fast_paths or dtype not in (None, residual.dtype):
             return super().compress_with_feedback(residual, dtype, grad, clear_grad)
         sparse = self.first.compress_with_feedback(residual, grad=grad, clear_grad=clear_grad)
         idx, vals = sparse_decode(sparse)          # the ledger's values, sent exactly, now zeroed

@@ -80,21 +80,20 @@ def _sample_threshold(flat: torch.Tensor, expect: float, gen: torch.Generator,
 
 def select_topk(flat: torch.Tensor, k: int, *, approximate: bool = False, tolerance: float = 0.05,
                 gen: torch.Generator | None = None, add: torch.Tensor | None = None,
-                clear_add: bool = False, values: bool = False):
-    """Sorted int64 indices of the top-k |flat| (exactly k; or within tolerance if approximate).
+                clear_add: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(sorted int64 indices of the top-k |flat|: exactly k, or within tolerance if
+    approximate; flat's values there as the selection read them, or None where it did
+    not have them: no second read of flat at random).
 
     add: a tensor like `flat` added to it first, in place (flat += add): error feedback's
     ledger update, fused with the first pass over memory where it can be. A NaN or an
     infinity in the sum raises ValueError. clear_add: zero `add` once it is in flat (in
     the same pass where it can be: the DDP hook overwrites the gradient with the mean next).
-    values: return (indices, flat's values there) instead; the values come with the
-    selection (no second read of flat at random), or are None where it did not have them.
+
+    >>> select_topk(torch.tensor([0.5, -3.0, 1.0, 3.0]), 2)[0]     # ties: the lower index first
+    tensor([1, 3])
     """
-    idx, vals = _select(flat, k, approximate, tolerance, gen or torch.Generator().manual_seed(0), add, clear_add)
-    return (idx, vals) if values else idx
-
-
-def _select(flat, k, approximate, tolerance, gen, add, clear_add):
+    gen = gen or torch.Generator().manual_seed(0)
     n = flat.numel()
     slack = 4.0 * math.sqrt(k)  # a few standard deviations of the count
     expect = k + slack if approximate else 1.1 * k + slack

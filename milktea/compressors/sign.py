@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import kernels
+from .. import kernels, trace
 from ..bits import packed_size
 from ..packet import Packet
 from .base import Compressor
@@ -29,6 +29,7 @@ class Sign(Compressor):
     codec = "sign"
     protocol = "allgather"
     biased = True
+    fast_paths = frozenset({"codec_mean", "fused_add"})
 
     @property
     def name(self) -> str:
@@ -47,13 +48,15 @@ class Sign(Compressor):
         """As Compressor's, with the gradient's add and the packing in one pass over memory
         where the compiled loops run (float32 ledger and gradient): then a NaN or an
         infinity raises after the finite part of the sum reached the ledger, as Top-K's."""
-        fused = (grad is not None and self.nonfinite == "raise" and dtype in (None, residual.dtype)
-                 and type(self)._compress is Sign._compress and residual.is_contiguous()
+        fused = (grad is not None and "fused_add" in self.fast_paths and self.nonfinite == "raise"
+                 and dtype in (None, residual.dtype) and residual.is_contiguous()
                  and residual.dtype == torch.float32 and grad.dtype == torch.float32
                  and tuple(grad.shape) == tuple(residual.shape))
         got = kernels.add_sign_pack_l1(residual.view(-1), grad.detach()) if fused else None
         if got is None:
             return super().compress_with_feedback(residual, dtype, grad, clear_grad)
+        if trace.ENABLED:
+            trace.note(step="fused add")
         packet = self._packet(residual, *got)
         with torch.no_grad():
             _add_sign(packet, residual, -1.0)

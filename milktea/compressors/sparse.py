@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .. import index as index_codec
-from .. import kernels
+from .. import kernels, trace
 from ..checks import check_choice, check_positive_int, resolve_k
 from ..packet import Packet
 from .base import Compressor
@@ -26,8 +26,15 @@ def _selection_view(flat: torch.Tensor) -> torch.Tensor:
 
 
 class Sparsifier(Compressor):
-    """Shared plumbing of compressors whose packets are (indices, values)."""
+    """Shared plumbing of compressors whose packets are (indices, values).
+
+    A subclass says which positions to send: `select(flat) -> sorted indices`. The packet
+    carries the input's own values there, so error feedback crosses them out of the
+    ledger exactly (the "exact_step" fast path) and the mean of the ranks' packets writes
+    only the listed entries ("clears_gradient").
+    """
     biased = True
+    fast_paths = frozenset({"codec_mean", "exact_step", "clears_gradient"})
 
     def __init__(self, ratio=None, *, k=None, nonfinite="raise"):
         super().__init__(nonfinite)
@@ -45,45 +52,40 @@ class Sparsifier(Compressor):
     def select(self, flat: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _choose(self, flat: torch.Tensor, add: torch.Tensor | None = None,
-                clear_add: bool = False) -> torch.Tensor:
-        """The sorted positions to send this call (advances any per-call state); `add`
-        (only where `_fuses_add` said so): added to `flat` in place first, and zeroed
-        after with `clear_add`."""
-        return self.select(flat)
+    def _choose(self, flat: torch.Tensor, add: torch.Tensor | None = None, clear_add: bool = False):
+        """(the sorted positions to send this call, flat's values there or None) (advances
+        any per-call state). add: only with the "fused_add" fast path: added to `flat` in
+        place first (and zeroed after with `clear_add`) in the selection's own pass."""
+        return self.select(flat), None
 
-    def _pack(self, t: torch.Tensor, idx: torch.Tensor) -> Packet:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def _pack(self, t: torch.Tensor, idx: torch.Tensor, vals: torch.Tensor | None = None) -> Packet:
+        raise NotImplementedError  # pragma: no cover - abstract; vals: t's values at idx, if known
 
     def _compress(self, t):
-        return self._pack(t, self._choose(t.reshape(-1)))
+        return self._pack(t, *self._choose(t.reshape(-1)))
 
     def compress_with_feedback(self, residual, dtype=None, grad=None, clear_grad=False):
         """Send the chosen entries and cross them out of `residual` directly: the values
         sent are the residual's own entries, so zeroing them is exact and no packet is
         decoded (with a narrower wire `dtype`, the rounding remainder stays instead).
-        With `grad`, a selection that can (`_fuses_add`) adds it in its first pass, and
-        zeroes it there too with `clear_grad`."""
-        if type(self)._compress is not Sparsifier._compress:   # a subclass changed what is sent
+        With `grad` and the "fused_add" fast path (Top-K), the selection adds it in its
+        first pass over memory, and zeroes it there too with `clear_grad`."""
+        if "exact_step" not in self.fast_paths:      # a subclass changed what is sent
             return super().compress_with_feedback(residual, dtype, grad, clear_grad)
         if not isinstance(residual, torch.Tensor) or not residual.is_contiguous():
             raise ValueError("the residual must be a contiguous tensor (error feedback's ledger)")
-        fuse = grad is not None and self._fuses_add(residual, grad, dtype)
+        fuse = grad is not None and self._fuses(residual, grad, dtype)
+        if trace.ENABLED:
+            trace.note(step=("fused add and clear" if clear_grad else "fused add") if fuse else "exact step")
         if grad is not None and not fuse:
             self.add_to_ledger(residual, grad)
             if clear_grad:
                 grad.detach().zero_()
         x = residual if dtype in (None, residual.dtype) else residual.to(dtype)
         with torch.no_grad():
-            if fuse:
-                idx = self._choose(x.reshape(-1), grad.detach().reshape(-1), clear_add=clear_grad)
-            else:
-                idx = self._choose(x.reshape(-1))
-            if isinstance(idx, tuple):      # the selection had the values too (see TopK._choose)
-                idx, vals = idx
-                packet = self._pack(x, idx, vals)
-            else:
-                packet = self._pack(x, idx)
+            add = grad.detach().reshape(-1) if fuse else None
+            idx, vals = self._choose(x.reshape(-1), add, clear_add=fuse and clear_grad)
+            packet = self._pack(x, idx, vals)
             flat = residual.view(-1)
             if x is residual:
                 kernels.zero_at(flat, idx)
@@ -91,9 +93,12 @@ class Sparsifier(Compressor):
                 flat.index_add_(0, idx, x.reshape(-1).index_select(0, idx).to(flat.dtype), alpha=-1)
         return packet
 
-    def _fuses_add(self, residual, grad, dtype) -> bool:
-        """Whether `_choose(flat, add=grad)` may do the ledger's add itself (Top-K)."""
-        return False
+    def _fuses(self, residual, grad, dtype) -> bool:
+        """Whether the selection may add `grad` into the ledger itself: the "fused_add" fast
+        path, a NaN that must raise (not be chosen), and one float32/float64 dtype for the
+        ledger, the gradient and the wire (the selection reads the ledger in place)."""
+        return ("fused_add" in self.fast_paths and self.nonfinite == "raise" and dtype in (None, residual.dtype)
+                and residual.dtype in (torch.float32, torch.float64) and grad.dtype == residual.dtype)
 
     def sparse_parts(self, tensor: torch.Tensor):
         """(sorted indices, values) this compressor would send for `tensor`."""
@@ -138,6 +143,7 @@ class TopK(Sparsifier):
     """
     codec = "topk"
     protocol = "allgather"
+    fast_paths = Sparsifier.fast_paths | {"fused_add"}
 
     def __init__(self, ratio=None, *, k=None, approximate=False, tolerance=0.05, index="auto",
                  seed=0, nonfinite="raise"):
@@ -165,24 +171,15 @@ class TopK(Sparsifier):
         if self.nonfinite == "ignore" and not bool(torch.isfinite(view).all()):
             view = torch.nan_to_num(view, nan=float("inf"))   # NaN counts as the largest (as torch.topk)
         return select_topk(view, self.k_for(flat.numel()), approximate=self.approximate,
-                           tolerance=self.tolerance, gen=self._gen)
-
-    def _fuses_add(self, residual, grad, dtype):
-        # the selection reads the ledger itself (no copy), and NaN must raise, not be chosen
-        return (self.nonfinite == "raise" and dtype in (None, residual.dtype)
-                and residual.dtype in (torch.float32, torch.float64) and grad.dtype == residual.dtype
-                and type(self).select is TopK.select and type(self)._choose is TopK._choose)
+                           tolerance=self.tolerance, gen=self._gen)[0]
 
     def _choose(self, flat, add=None, clear_add=False):
-        """The positions to send; with `add` (error feedback's fused update of the ledger
-        `flat`) also flat's values there, as the selection found them, when this class's
-        own _pack is the one to take them."""
+        """(positions, values): with `add` (the "fused_add" path: error feedback's update of
+        the ledger `flat`) the values come from the selection's own pass."""
         if add is None:
-            return self.select(flat)
-        idx, vals = select_topk(flat, self.k_for(flat.numel()), approximate=self.approximate,
-                                tolerance=self.tolerance, gen=self._gen, add=add, clear_add=clear_add,
-                                values=True)
-        return (idx, vals) if vals is not None and type(self)._pack is TopK._pack else idx
+            return self.select(flat), None
+        return select_topk(flat, self.k_for(flat.numel()), approximate=self.approximate,
+                           tolerance=self.tolerance, gen=self._gen, add=add, clear_add=clear_add)
 
     def _pack(self, t, idx, vals=None):
         """vals: t's values at idx where the caller has them (else gathered here)."""
@@ -283,9 +280,9 @@ class RandomK(Sparsifier):
     def _choose(self, flat, add=None, clear_add=False):
         idx = self.select(flat)
         self.step += 1
-        return idx
+        return idx, None
 
-    def _pack(self, t, idx):
+    def _pack(self, t, idx, vals=None):
         seed = self._step_seed(self.step - 1)     # the seed _choose just used
         return Packet("randomk", tuple(t.shape), t.dtype, (idx.numel(), seed),
                       (to_bytes(t.reshape(-1).index_select(0, idx)),))

@@ -30,7 +30,7 @@ def _reference(x, k):
                                   (2_000_000, 1_999_999)])
 def test_exact_selection_matches_the_reference(n, k):
     x = torch.randn(n, generator=torch.Generator().manual_seed(n + k))
-    assert torch.equal(select_topk(x, k), _reference(x, k))
+    assert torch.equal(select_topk(x, k)[0], _reference(x, k))
 
 
 @pytest.mark.parametrize("fused", [False, True])
@@ -160,12 +160,14 @@ def test_signs_own_feedback_step_matches_the_generic_one(path):
             Sign().compress_with_feedback(torch.full((100_000,), 3e38), grad=torch.full((100_000,), 3e38))
 
 
-def test_a_subclass_with_its_own_choice_still_gets_the_gradient_added():
-    # a Top-K subclass that overrides _choose (with the old two-argument signature) is not
-    # fused: the gradient is added to the ledger first, then cleared when asked; nothing lost
+def test_a_subclass_with_its_own_selection_still_gets_the_gradient_added():
+    # a Top-K subclass that chooses its own positions (the public `select`) loses the fused
+    # add (its selection does not add the gradient): the gradient is added to the ledger
+    # first, then cleared when asked; nothing is lost
     class EveryTenth(TopK):
-        def _choose(self, flat, add=None):
+        def select(self, flat):
             return torch.arange(0, flat.numel(), 10)
+    assert "fused_add" not in EveryTenth.fast_paths and "exact_step" in EveryTenth.fast_paths
     grad = torch.randn(100_000, generator=torch.Generator().manual_seed(8))
     r, g = torch.zeros(100_000), grad.clone()
     p = EveryTenth(0.1).compress_with_feedback(r, grad=g, clear_grad=True)
@@ -211,7 +213,7 @@ def test_numba_index_sizes_and_kth_match_torch(monkeypatch):
     from milktea import index
     x = torch.randn(3_000_000, generator=torch.Generator().manual_seed(9))
     x[1_000_000:2_900_000] = 0                          # gaps of every varint length
-    idx = select_topk(x, 20_000)
+    idx, _ = select_topk(x, 20_000)
     fast = index.sizes(idx, x.numel())
     # the sample is read in place: runs of 16 at the picked places, plus a gradient's
     g = torch.randn(x.numel(), generator=torch.Generator().manual_seed(10))
@@ -230,7 +232,7 @@ def test_compiled_delta8_matches_torch_and_refuses_bad_bytes(monkeypatch):
     from milktea import index
     x = torch.randn(2_000_000, generator=torch.Generator().manual_seed(4))
     x[100_000:900_000] = 0                                 # long gaps: escape bytes
-    idx = select_topk(x, 70_000)
+    idx, _ = select_topk(x, 70_000)
     enc, data = index.encode(idx, x.numel(), "delta8")
     assert torch.equal(index.decode("delta8", data, idx.numel(), x.numel()), idx)
     with monkeypatch.context() as m:

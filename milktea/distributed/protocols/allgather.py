@@ -6,29 +6,10 @@ import time
 
 import torch
 
-from milktea import cost
+from milktea import cost, trace
 from milktea.packet import Packet
 
 from .base import Protocol, log, register
-
-def _clears_in_pass(c) -> bool:
-    """Whether the hook may let `c` zero the gradient in its ledger pass and then write the
-    mean of sparse packets onto those zeros (saving a pass over the bucket): Top-K's,
-    Random-K's and Chain's own methods, which take the keywords (a subclass's overrides
-    may not)."""
-    from milktea.compressors.base import Compressor
-    from milktea.compressors.chain import Chain
-    from milktea.compressors.sparse import Sparsifier
-    t = type(c)
-    def own_step(k):
-        return k.compress_with_feedback is Sparsifier.compress_with_feedback and k._compress is Sparsifier._compress
-    if isinstance(c, Chain):     # Top-K then a quantizer: its own step, through the first stage's
-        own = (t.compress_with_feedback is Chain.compress_with_feedback and t._compress is Chain._compress
-               and own_step(type(c.first)))
-    else:
-        own = isinstance(c, Sparsifier) and own_step(t)
-    return (own and t.decompress_mean is Compressor.decompress_mean
-            and t.decompress is Compressor.decompress and t.decompress_add is Compressor.decompress_add)
 
 
 class AllGather(Protocol):
@@ -46,24 +27,40 @@ class AllGather(Protocol):
     collective = "allgather"
 
     def run(self, comm, items, step):
-        t0 = time.perf_counter()
+        with trace.bucket("allgather", step, self.rank):
+            t0 = time.perf_counter()
+            payload, cleared = self.encode(items)
+            log(comm, step, compress_s=time.perf_counter() - t0, payload_bytes=payload.numel())
+            parts = comm.all_gather_bytes(payload, step)
+            t0 = time.perf_counter()
+            self.decode(items, parts, cleared)
+            log(comm, step, decode_s=time.perf_counter() - t0)
+
+    def encode(self, items) -> tuple[torch.Tensor, set]:
+        """This rank's packets for the items, end to end as one byte string; and the names
+        of the items whose gradient was zeroed on its way into the ledger."""
         wire, cleared = [], set()
         for it in items:
             c = self.coder(it.name)
+            if trace.ENABLED:
+                trace.begin(it.name, it.tensor, c)
             if self.error_feedback and it.used:   # ledger += gradient, sent, crossed out
-                if _clears_in_pass(c):   # the gradient zeroed as it is added: the mean lands on zeros
-                    packet = self.ledger(it.name).step(c, it.tensor, clear_grad=True)
+                # "clears_gradient": the gradient is zeroed as it enters the ledger, and the
+                # mean of the packets lands on those zeros (one pass over the bucket less)
+                clear = "clears_gradient" in c.fast_paths
+                packet = self.ledger(it.name).step(c, it.tensor, clear_grad=clear)
+                if clear:
                     cleared.add(it.name)
-                else:
-                    packet = self.ledger(it.name).step(c, it.tensor)
             else:   # no ledger, or no gradient here: the ledger waits, a zero gradient is sent
                 packet = c.compress(it.tensor)
+            if trace.ENABLED:
+                trace.end(packet)
             wire.append(packet.to_tensor())
-        payload = torch.cat(wire)
-        log(comm, step, compress_s=time.perf_counter() - t0)
-        log(comm, step, payload_bytes=payload.numel())
-        parts = comm.all_gather_bytes(payload, step)
-        t0 = time.perf_counter()
+        return torch.cat(wire), cleared
+
+    def decode(self, items, parts, cleared=frozenset()) -> None:
+        """Overwrite each item with the mean of the ranks' packets for it (parts[r]: rank
+        r's byte string, its packets in the items' order)."""
         offsets = [0] * len(parts)
         for it in items:
             packets = []
@@ -74,11 +71,10 @@ class AllGather(Protocol):
                     raise ValueError(f"rank {r} sent a packet of shape {packet.shape} for {it.name}, "
                                      f"which has shape {tuple(it.tensor.shape)}")
                 packets.append(packet)
-            if it.name in cleared:
-                self.coders[it.name].decompress_mean(packets, out=it.tensor, zeroed=True)
-            else:
-                self.coders[it.name].decompress_mean(packets, out=it.tensor)
-        log(comm, step, decode_s=time.perf_counter() - t0)
+            zeroed = it.name in cleared
+            if trace.ENABLED:
+                trace.then("mean onto the zeroed gradient" if zeroed else "mean written over the gradient")
+            self.coders[it.name].decompress_mean(packets, out=it.tensor, zeroed=zeroed)
 
     def probe(self, tensors, link):
         c, N = copy.deepcopy(self.compressor), self.world

@@ -5,9 +5,10 @@ import time
 
 import torch
 
-from milktea import cost
+from milktea import cost, trace
 
 from .base import Protocol, log, register
+
 
 class AllReduce(Protocol):
     """Values that sum on the wire (Identity, Cast; and None: plain averaging).
@@ -21,6 +22,10 @@ class AllReduce(Protocol):
     collective = "allreduce"
 
     def run(self, comm, items, step):
+        with trace.bucket("allreduce", step, self.rank):
+            self._run(comm, items, step)
+
+    def _run(self, comm, items, step):
         t0 = time.perf_counter()
         N = self.world
         dtype = getattr(self.compressor, "dtype", None) or items[0].tensor.dtype
@@ -28,10 +33,14 @@ class AllReduce(Protocol):
         off = 0
         for it in items:
             x, c = it.tensor.div_(N), self.coder(it.name)
+            if trace.ENABLED:
+                trace.begin(it.name, x, c)
             if self.error_feedback and it.used:
                 packet = self.ledger(it.name).step(c, x)
             else:
                 packet = c.compress(x)
+            if trace.ENABLED:
+                trace.end(nbytes=x.numel() * low.element_size())     # what the all-reduce carries
             c.decompress(packet, out=x)             # exactly what was sent
             low[off: off + x.numel()].copy_(x.view(-1))
             off += x.numel()

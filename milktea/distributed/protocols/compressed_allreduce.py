@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from milktea import cost
+from milktea import cost, trace
 from milktea.distributed.compressed_allreduce import PROTOCOL, CompressedAllReduce, all_to_all_bytes
 from milktea.packet import Packet
 
@@ -43,8 +43,7 @@ class CompressedAllReduceProtocol(Protocol):
         t0 = time.perf_counter()
         sent = [self.car(it.name).encode(it.tensor) for it in items]
         payloads = [torch.cat([s[j].to_tensor() for s in sent]) for j in range(N)]
-        log(comm, step, compress_s=time.perf_counter() - t0,
-                       payload_bytes=sum(p.nbytes for s in sent for p in s))
+        log(comm, step, compress_s=time.perf_counter() - t0, payload_bytes=sum(p.nbytes for s in sent for p in s))
         got = all_to_all_bytes(comm, payloads, step)
         t0 = time.perf_counter()
         offsets = [0] * N
@@ -57,6 +56,12 @@ class CompressedAllReduceProtocol(Protocol):
         for it in items:
             self.car(it.name).decode(_next_packets(parts, offsets), out=it.tensor.view(-1))
         log(comm, step, decode_s=time.perf_counter() - t0)
+        if trace.ENABLED:
+            with trace.bucket(PROTOCOL, step, self.rank):
+                for it, s, q in zip(items, sent, reduced):
+                    trace.begin(it.name, it.tensor, self.compressor)
+                    trace.note(step=f"{N} chunk packets, then chunk {self.rank} reduced")
+                    trace.end(nbytes=sum(p.nbytes for p in s) + q.nbytes)
 
     def probe(self, tensors, link):
         c = copy.deepcopy(self.compressor)

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from milktea import cost
+from milktea import cost, trace
 
 from .base import Protocol, log, register
 
@@ -32,6 +32,10 @@ class LowRank(Protocol):
         return r * (rows + cols) < rows * cols     # the factors must be smaller than the matrix
 
     def run(self, comm, items, step):
+        with trace.bucket("lowrank", step, self.rank):
+            self._run(comm, items, step)
+
+    def _run(self, comm, items, step):
         t0 = time.perf_counter()
         views = [it.tensor.view(it.tensor.shape[0], -1) for it in items]
         mats = [v.float() for v in views]           # the bucket itself when it is float32
@@ -74,6 +78,11 @@ class LowRank(Protocol):
             else:
                 v.copy_(p @ q.t())
         log(comm, step, decode_s=time.perf_counter() - t0)
+        if trace.ENABLED:
+            for it, p, q in zip(items, ps, qs):
+                trace.begin(it.name, it.tensor, self.coders[it.name])
+                trace.note(step=f"P and Q of rank {p.shape[1]}, float32")
+                trace.end(nbytes=4 * (p.numel() + q.numel()))
 
     def probe(self, tensors, link):
         c = copy.deepcopy(self.compressor)
