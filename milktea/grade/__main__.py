@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import report
 from .classroom import grade_class
 from .prepare import SetupError
 from .sandbox import Limits
@@ -38,6 +39,12 @@ def main(argv=None) -> int:
     ap.add_argument("--memory-mb", type=int, default=2048,
                     help="address space (MB) student code may add to Python + numpy (+ torch) (2048)")
     ap.add_argument("--jobs", type=int, default=1, help="submissions graded at the same time (1)")
+    ap.add_argument("--roster", help="CSV of the class: an id column, then names, emails or LMS ids; absent "
+                                     "students get a row with zero, LMS download names map to the ids")
+    ap.add_argument("--overrides", help="CSV with the header student,task,points,comment: your own points for a "
+                                        "task (empty points: a comment only); kept on every rerun")
+    ap.add_argument("--feedback-stage", choices=report.STAGES, default="after_due_date",
+                    help="what feedback shows of hidden tests, by their visibility (after_due_date)")
     ap.add_argument("--trust-submissions", action="store_true",
                     help="grade even where student code can't be isolated (no bubblewrap, macOS); "
                          "the summary and run.json then say the run was not isolated")
@@ -46,7 +53,8 @@ def main(argv=None) -> int:
                     memory_mb=args.memory_mb, wall_factor=args.wall_factor)
     try:
         grade_class(args.submissions, args.out, args.solutions, args.hidden, args.seed, limits,
-                    args.chapter, args.jobs, trust=args.trust_submissions)
+                    args.chapter, args.jobs, trust=args.trust_submissions, roster=args.roster,
+                    overrides=args.overrides, stage=args.feedback_stage)
     except SetupError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

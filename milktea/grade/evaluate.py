@@ -49,15 +49,31 @@ class TaskResult:
     total: int = 0
     public_total: int = 0
     public_passed: int = 0
-    kind: str = ""                              # "" when every case passed
-    lines: list = field(default_factory=list)  # feedback, one sentence each
+    kind: str = ""                              # the first failure, public or hidden ("" when every case passed)
+    public_kind: str = ""                       # the first failure among the public cases
+    lines: list = field(default_factory=list)  # feedback on the public cases, one sentence each
+    hidden_lines: list = field(default_factory=list)   # what the hidden cases say (a count, never an input)
+    visibility: str = "after_due_date"          # when the hidden part may be shown (spec.Task.visibility)
 
     @property
     def public_ok(self) -> bool:
         return self.public_passed == self.public_total and self.public_total > 0
 
+    @property
+    def public_max(self) -> float:
+        """The task's points that its public cases carry (points x public cases / all cases)."""
+        return round(self.points * self.public_total / self.total, 2) if self.total else float(self.points)
+
+    @property
+    def public_score(self) -> float:
+        return round(self.points * self.public_passed / self.total, 2) if self.total else 0.0
+
     def to_dict(self) -> dict:
         return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TaskResult":
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
 @dataclass
@@ -65,9 +81,10 @@ class NotebookResult:
     chapter: str
     path: str
     tasks: list = field(default_factory=list)   # [TaskResult]
-    notes: list = field(default_factory=list)
+    notes: list = field(default_factory=list)          # for the learner
     output: str = ""
     seconds: float = 0.0
+    grader_notes: list = field(default_factory=list)   # the grader's own trouble: for the instructor only
 
     @property
     def score(self) -> float:
@@ -77,13 +94,23 @@ class NotebookResult:
     def points(self) -> float:
         return sum(t.points for t in self.tasks)
 
+    def to_dict(self) -> dict:
+        return {**{k: v for k, v in self.__dict__.items() if k != "tasks"}, "tasks": [t.to_dict() for t in self.tasks]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "NotebookResult":
+        return cls(data["chapter"], data["path"], [TaskResult.from_dict(t) for t in data["tasks"]],
+                   list(data.get("notes", [])), data.get("output", ""), data.get("seconds", 0.0),
+                   list(data.get("grader_notes", [])))
+
 
 def failed_all(chapter: Prepared, path: str, kind: str, message: str) -> NotebookResult:
     """Every task of the assignment scores 0 for the same reason (unreadable, not submitted)."""
     res = NotebookResult(chapter.name, path)
     for p in chapter.tasks:
         res.tasks.append(TaskResult(p.task.id, p.task.function, chapter.title(p.task.id, i18n.language()), p.task.points,
-                                    total=len(p.cases), public_total=p.public, kind=kind, lines=[message]))
+                                    total=len(p.cases), public_total=p.public, kind=kind, public_kind=kind,
+                                    lines=[message], visibility=p.task.visibility))
     return res
 
 
@@ -107,7 +134,8 @@ def grade_notebook(path: str, chapter: Prepared, limits: sandbox.Limits = sandbo
     jobs = [sandbox.TaskJob(p.task.id, p.task.function, p.encoded[:p.public], p.encoded[p.public:], p.task.harness)
             for p in chapter.tasks]
     run = sandbox.run(cells, jobs, limits, deny, sandbox=box)
-    res = NotebookResult(chapter.name, path, notes=list(notes) + run.notes, output=run.output, seconds=run.seconds)
+    res = NotebookResult(chapter.name, path, notes=list(notes), output=run.output, seconds=run.seconds,
+                         grader_notes=list(run.notes))
     labels = {c.key: c.label for c in cells}
     for key, err in run.cell_errors.items():
         if key not in where.values():
@@ -126,21 +154,37 @@ def _error_text(err: dict, limits) -> str:
 
 def _task_result(p, run, cell_key, labels, limits, title) -> TaskResult:
     t = p.task
-    r = TaskResult(t.id, t.function, title, t.points, total=len(p.cases), public_total=p.public)
+    r = TaskResult(t.id, t.function, title, t.points, total=len(p.cases), public_total=p.public,
+                   visibility=t.visibility)
     cell_err = run.cell_errors.get(cell_key) if cell_key else None
     if t.id in run.missing or cell_key is None:
-        if cell_key is None:
-            r.kind = "missing"
-            r.lines.append(_("no cell tagged 'task:{id}' and no function named {function}: keep the name and the tags (graded, task:{id}) of its cell").format(id=t.id, function=t.function))
-        elif cell_err:
-            r.kind = cell_err["kind"]
-            r.lines.append(_("{v} could not run, so {function} was never defined: {v2}").format(v=labels[cell_key], function=t.function, v2=_error_text(cell_err, limits)))
-        else:
-            r.kind = "missing"
-            r.lines.append(_("{v} defines no function named {function}: was it renamed? The grader calls {function}({v2}).").format(v=labels[cell_key], function=t.function, v2=', '.join(t.params)))
+        r.public_kind = _missing(r, t, cell_key, cell_err, labels, limits)
+        r.kind = r.public_kind
         return r
+    return _cases_result(r, p, run, cell_key, cell_err, labels, limits)
+
+
+def _missing(r, t, cell_key, cell_err, labels, limits) -> str:
+    """Why the task's function never existed: one line for the learner; returns the kind."""
+    if cell_key is None:
+        r.lines.append(_("no cell tagged 'task:{id}' and no function named {function}: keep the name and the tags "
+                         "(graded, task:{id}) of its cell").format(id=t.id, function=t.function))
+        return "missing"
     if cell_err:
-        r.lines.append(_("note: {v} raised an error when run: {v2}").format(v=labels[cell_key], v2=_error_text(cell_err, limits)))
+        r.lines.append(_("{v} could not run, so {function} was never defined: {v2}").format(
+            v=labels[cell_key], function=t.function, v2=_error_text(cell_err, limits)))
+        return cell_err["kind"]
+    r.lines.append(_("{v} defines no function named {function}: was it renamed? The grader calls {function}({v2}).")
+                   .format(v=labels[cell_key], function=t.function, v2=", ".join(t.params)))
+    return "missing"
+
+
+def _cases_result(r, p, run, cell_key, cell_err, labels, limits) -> TaskResult:
+    """Score and explain each case: public failures in full (up to SHOWN), hidden ones counted."""
+    t = p.task
+    if cell_err:
+        r.lines.append(_("note: {v} raised an error when run: {v2}").format(v=labels[cell_key],
+                                                                           v2=_error_text(cell_err, limits)))
     outcomes = run.outcomes.get(t.id, [])
     hidden_failed, shown, more, repeats, skipped, seen = 0, 0, 0, 0, 0, set()
     for i, case in enumerate(p.cases):
@@ -154,11 +198,14 @@ def _task_result(p, run, cell_key, labels, limits, title) -> TaskResult:
         r.kind = r.kind or kind
         if i >= p.public:
             hidden_failed += 1
-        elif kind == "skipped":
+            continue
+        r.public_kind = r.public_kind or kind
+        if kind == "skipped":
             skipped += 1
         elif kind == "not_implemented":
             if not seen:
-                r.lines.append(_("replace the `raise NotImplementedError` line in {v} with your code").format(v=labels[cell_key]))
+                r.lines.append(_("replace the `raise NotImplementedError` line in {v} with your code").format(
+                    v=labels[cell_key]))
             seen.add(kind)
         elif not o.ok and (o.kind, o.message) in seen:
             repeats += 1
@@ -177,8 +224,9 @@ def _task_result(p, run, cell_key, labels, limits, title) -> TaskResult:
     if skipped:
         r.lines.append((_("{n} more public cases were not run after that") if skipped > 1 else
                         _("{n} more public case was not run after that")).format(n=skipped))
-    if hidden_failed and r.kind != "not_implemented":
-        r.lines.append(_("{hidden_failed} of {v} hidden checks failed").format(hidden_failed=hidden_failed, v=len(p.cases) - p.public))
+    if hidden_failed and r.public_kind != "not_implemented":
+        r.hidden_lines.append(_("{hidden_failed} of {v} hidden checks failed").format(
+            hidden_failed=hidden_failed, v=len(p.cases) - p.public))
     r.score = round(t.points * r.passed / r.total, 2) if r.total else 0.0
     return r
 

@@ -68,6 +68,13 @@ def next_uid() -> int:
     return FIRST_UID + next(_uids) % 40_000
 
 
+def python_executable() -> str:
+    """The interpreter to start in a sandbox: this one, reached through the real path of its
+    folder. A venv or home reached through a symlink is mounted at its real path only, and a
+    venv's python must be started from inside the venv (that is how it finds pyvenv.cfg)."""
+    return os.path.join(os.path.realpath(os.path.dirname(sys.executable)), os.path.basename(sys.executable))
+
+
 def python_roots() -> list[str]:
     """Folders the child's Python needs: the prefixes (venv and base) and the interpreter's own."""
     roots = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
@@ -186,7 +193,8 @@ def probe() -> Sandbox:
     if os.geteuid() == 0 and not shutil.which("setpriv"):
         return Sandbox("none", why="setpriv (util-linux) is missing, needed to drop root in the sandbox")
     box = Sandbox("bwrap", tool)
-    argv = command([sys.executable, "-I", "-S", "-c", "import os; print(os.getuid() != 0 and sum(p.isdigit() for p in os.listdir('/proc')))"],
+    python = python_executable()
+    argv = command([python, "-I", "-S", "-c", "import os; print(os.getuid() != 0 and sum(p.isdigit() for p in os.listdir('/proc')))"],
                    box, tmp_mb=1)
     try:
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, check=False)
@@ -194,10 +202,30 @@ def probe() -> Sandbox:
         return Sandbox("none", why=f"bubblewrap could not start ({e})")
     out = done.stdout.strip()
     if done.returncode != 0 or not out.isdigit() or int(out) > 5:
-        err = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        return Sandbox("none", why=f"bubblewrap cannot build namespaces here ({err}); in a container, "
-                                   "allow user namespaces or run it with --privileged/--cap-add SYS_ADMIN")
+        return Sandbox("none", why=diagnose(done.returncode, done.stdout, done.stderr, python))
     return Sandbox("bwrap", tool, zygote=os.geteuid() == 0)
+
+
+def diagnose(code: int, stdout: str, stderr: str, python: str) -> str:
+    """Why a sandboxed test run failed, from what bubblewrap and Python said: the real cause.
+
+    >>> diagnose(1, "", "bwrap: execvp /v/bin/python: No such file or directory", "/v/bin/python")[:40]
+    'Python (/v/bin/python) could not be star'
+    """
+    err = (stderr.strip().splitlines() or ["no message"])[-1][:300]
+    if "execvp" in stderr or "No such file or directory" in stderr:
+        return (f"Python ({python}) could not be started inside the sandbox ({err}): its installation must be "
+                "readable there; a venv whose interpreter lies outside its folder, or a path bubblewrap cannot "
+                "mount, would do this")
+    if any(w in stderr for w in ("namespace", "uid map", "Operation not permitted", "Permission denied",
+                                 "setting up uid", "unshare", "clone")):
+        return (f"bubblewrap cannot build namespaces here ({err}); in a container, allow user namespaces "
+                "(or --cap-add SYS_ADMIN, --security-opt seccomp=unconfined), or run it with --privileged")
+    if code == 0 and stdout.strip() and not stdout.strip().isdigit():
+        return f"the sandbox's test run printed {stdout.strip()[:80]!r} instead of a process count"
+    if code == 0:
+        return f"the sandbox showed {stdout.strip()} processes where at most 5 belong: it does not isolate them"
+    return f"the sandbox's test run failed (exit status {code}: {err})"
 
 
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
@@ -211,7 +239,7 @@ class Zygote:
     def __init__(self, sandbox: Sandbox, torch: bool, env: dict, startup_seconds: float):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         under_tmp = [r for r in python_roots() if r == "/tmp" or r.startswith("/tmp/")]
-        argv = [sys.executable, "-I", "-B", ZYGOTE_PATH, str(theirs.fileno()), json.dumps(under_tmp)]
+        argv = [python_executable(), "-I", "-B", ZYGOTE_PATH, str(theirs.fileno()), json.dumps(under_tmp)]
         self.torch, self.errors = torch, tempfile.TemporaryFile()
         try:
             self.proc = subprocess.Popen(

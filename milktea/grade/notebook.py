@@ -15,7 +15,8 @@ from .protocol import Cell
 
 MAX_FILE_BYTES = 64 << 20   # a notebook file as submitted, stored outputs (plots) included
 MAX_CODE_BYTES = 2 << 20    # the source of all its cells, once the outputs are dropped
-MAX_CELLS = 2000
+MAX_CELLS = 20_000          # the code limit binds first for any real notebook
+MAX_EXTRA_GRADED = 100      # graded cells with no task of this assignment that still run
 CHAPTER = re.compile(r"^(\d\d)")
 
 
@@ -137,7 +138,8 @@ def assignment_of(path: str, nb: dict | None, known) -> str | None:
             if isinstance(meta.get(key), str) and meta[key] in known:
                 return meta[key]
     stem = os.path.basename(path)
-    stem = stem[:-len(".ipynb")] if stem.endswith(".ipynb") else stem
+    for suffix in (".ipynb", ".py"):
+        stem = stem[:-len(suffix)] if stem.endswith(suffix) else stem
     if stem in known:
         return stem
     copies = [k for k in known if stem.startswith(k) and not (stem[len(k):len(k) + 1].isalnum()
@@ -160,10 +162,15 @@ def graded_cells(nb: dict, tasks) -> tuple[list, dict, list]:
     cells, where, notes = [], {}, []
     wanted = {t.id: t for t in tasks}
     code = [c for c in nb["cells"] if c.get("cell_type") == "code"]
+    extra = 0
     for i, cell in enumerate(code):
         ids = [t for t in cell_tasks(cell) if t in wanted]
         if not ids and "graded" not in tags(cell):
             continue
+        if not ids:
+            extra += 1
+            if extra > MAX_EXTRA_GRADED:
+                continue
         key = f"c{i}"
         label = f"the cell of task {', '.join(ids)}" if ids else f"graded code cell {i + 1}"
         cells.append(Cell(key, label, cell["source"]))
@@ -182,6 +189,9 @@ def graded_cells(nb: dict, tasks) -> tuple[list, dict, list]:
             where[task.id] = key
             notes.append(f"task {task.id}: no cell tagged 'task:{task.id}', so the untagged code cell "
                          f"{i + 1} that defines {task.function} was used")
+    if extra > MAX_EXTRA_GRADED:
+        notes.append(f"{extra} code cells are tagged 'graded' without a task of this exercise; the first "
+                     f"{MAX_EXTRA_GRADED} ran, the other {extra - MAX_EXTRA_GRADED} did not")
     order = {f"c{i}": i for i in range(len(code))}
     cells.sort(key=lambda c: order[c.key])
     return cells, where, notes

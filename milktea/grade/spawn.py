@@ -284,7 +284,7 @@ def start(sandbox, torch: bool, limits: Limits, notes: list) -> Child:
     tmp, info_r = None, None
     if isolated:
         info_r, info_w = os.pipe()
-        argv = isolation.command([sys.executable, "-I", "-B", isolation.CHILD_PATH, str(wfd)], sandbox,
+        argv = isolation.command([isolation.python_executable(), "-I", "-B", isolation.CHILD_PATH, str(wfd)], sandbox,
                                  limits.tmp_mb, CHILD, info_w)
         fds, cwd, env = (wfd, info_w), "/", child_env("/tmp")
     else:

@@ -3,25 +3,32 @@
 Only regular files are read, each opened once, without following links (O_NOFOLLOW at every
 step below the submissions folder, then fstat), so a link to the solutions or to /dev/zero, a
 FIFO or a device is refused with a note in that student's feedback. Any byte string is a valid
-name (shown with escapes); depth and counts are bounded; a notebook is parsed, its stored
-outputs dropped, and only then is its code measured against the limits (notebook.py).
+name (shown with escapes; two names that show alike stay two students); depth and counts are
+bounded. Notebooks (.ipynb), Python files (.py) and zips of them are graded (formats.py);
+anything else a student left is listed in a note, never dropped silently. A name that starts
+with a dot is a student like any other, except the litter of tools (.DS_Store, __MACOSX, ...).
+Learning-management-system download names (lms.py) give the student and the file's own name.
 
     >>> shown(b"caf\\xe9")
     'caf\\\\xe9'
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from dataclasses import dataclass, field
 
-from .notebook import MAX_FILE_BYTES, NotebookError, assignment_of, parse_notebook
+from . import formats, lms
+from .formats import Submission
+from .notebook import MAX_FILE_BYTES, assignment_of
 
+__all__ = ["Submission", "Student", "Refused", "find_submissions", "scan_folder", "read_regular", "shown"]
 MAX_DEPTH = 6          # folder levels searched below a student's folder
 MAX_ENTRIES = 2000     # names looked at inside one student's folder, all levels together
 MAX_TOP = 10_000       # names looked at in the submissions folder itself
 MAX_NOTES = 20         # notes kept per student
+JUNK = {".DS_Store", "__MACOSX", ".ipynb_checkpoints", ".git", ".Trash", "Thumbs.db", "desktop.ini",
+        "submission_metadata.yml"}   # left by tools (the last one: Gradescope's, read on its own)
 
 
 class Refused(OSError):
@@ -84,19 +91,11 @@ def read_regular(dir_fd: int, name: str, limit: int = MAX_FILE_BYTES) -> bytes:
 
 
 @dataclass
-class Submission:
-    """One notebook, read once: what is graded is exactly what was hashed."""
-    shown: str                  # student-relative path, printable
-    digest: str                 # sha256 of the bytes read
-    nb: dict | None = None      # parsed, outputs dropped; None when unreadable
-    error: str = ""             # why it could not be read
-
-
-@dataclass
 class Student:
     name: str                                     # printable
-    files: dict = field(default_factory=dict)     # chapter (or None: unknown) -> Submission
+    files: dict = field(default_factory=dict)     # assignment (or None: unknown) -> Submission
     notes: list = field(default_factory=list)     # what was refused or ignored, for the feedback
+    keys: list = field(default_factory=list)      # what its names say of the student (lms.keys), for a roster
 
     def note(self, text: str):
         if len(self.notes) < MAX_NOTES:
@@ -105,18 +104,25 @@ class Student:
             self.notes.append("(more problems with files not listed)")
 
 
-def _load(dir_fd: int, name: str, rel: str) -> Submission:
+def _read(dir_fd: int, name: str, rel: str):
+    """(bytes, None) or (None, the Submission that says why not)."""
     try:
-        raw = read_regular(dir_fd, name)
+        return read_regular(dir_fd, name), None
     except Refused as e:
-        return Submission(rel, "refused:" + str(e), error=str(e))
+        return None, Submission(rel, "refused:" + str(e), error=str(e))
     except OSError as e:
-        return Submission(rel, "unreadable", error=f"{rel} could not be read: {e.strerror or e}")
-    digest = hashlib.sha256(raw).hexdigest()
-    try:
-        return Submission(rel, digest, nb=parse_notebook(raw, rel))
-    except NotebookError as e:
-        return Submission(rel, digest, error=str(e))
+        return None, Submission(rel, "unreadable", error=f"{rel} could not be read: {e.strerror or e}")
+
+
+def _load(dir_fd: int, name: str, rel: str) -> tuple[list, list]:
+    """([(path, Submission)], notes) of one file: a notebook or .py file, or the members of a zip."""
+    raw, refused = _read(dir_fd, name, rel)
+    if refused is not None:
+        return [(rel, refused)], []
+    if not name.endswith(".zip"):
+        return [(rel, formats.submission(raw, rel))], []
+    members, notes = formats.zip_members(raw, rel)
+    return [(path, formats.submission(data, path)) for path, data in members], notes
 
 
 def _walk(top: int, parts) -> int:
@@ -130,14 +136,18 @@ def _walk(top: int, parts) -> int:
     return fd
 
 
+def _gradable(name: str) -> bool:
+    return name.endswith(formats.SUFFIXES + (".zip",))
+
+
 def _scan_student(root_fd: int, entry: str, student: Student, known, forced):
-    """Every .ipynb below the student's folder, canonical names first."""
+    """Every notebook, .py file and zip below the student's folder, canonical names first."""
     try:
         top = os.open(entry, _DIR, dir_fd=root_fd)
     except OSError as e:
         student.note(f"{shown(entry)} could not be opened ({e.strerror}): nothing graded")
         return
-    found, stack, seen = [], [((), "", 0)], 0
+    found, stack, seen, ignored = [], [((), "", 0)], 0, []
     try:
         while stack:
             parts, rel, depth = stack.pop()
@@ -158,20 +168,27 @@ def _scan_student(root_fd: int, entry: str, student: Student, known, forced):
                         names.append((os.fsencode(e.name), e.name, e.stat(follow_symlinks=False).st_mode))
                 for _, name, mode in sorted(names, reverse=True):
                     path = f"{rel}/{shown(name)}" if rel else shown(name)
-                    if name.startswith("."):
+                    if name in JUNK or name.startswith("."):
+                        if _gradable(name) or stat.S_ISDIR(mode) and name not in JUNK:
+                            student.note(f"{path}: a hidden file or folder, not searched")
                         continue
                     if stat.S_ISDIR(mode):
                         if depth + 1 > MAX_DEPTH:
                             student.note(f"{path}/: deeper than {MAX_DEPTH} folders, not searched")
                         else:
                             stack.append((parts + (name,), path, depth + 1))
-                    elif name.endswith(".ipynb"):
+                    elif _gradable(name):
                         if not stat.S_ISREG(mode):
                             student.note(f"{path}: refused, it is {_what(mode)}; only regular files are graded")
                         else:
-                            found.append((path, _load(fd, name, path)))
+                            subs, notes = _load(fd, name, path)
+                            found += subs
+                            for n in notes:
+                                student.note(n)
                     elif stat.S_ISLNK(mode):
                         student.note(f"{path}: a symbolic link, not followed")
+                    else:
+                        ignored.append(path)
             except OSError as err:
                 student.note(f"{rel or '.'}: could not be read ({err.strerror})")
             finally:
@@ -179,29 +196,71 @@ def _scan_student(root_fd: int, entry: str, student: Student, known, forced):
                     os.close(fd)
     finally:
         os.close(top)
-    def base(path):
-        return path.rsplit("/", 1)[-1]
-    found.sort(key=lambda f: (base(f[0])[:-6] not in known, f[0].count("/"), f[0]))
+    if ignored:
+        student.note(f"ignored {', '.join(sorted(ignored)[:5])}{' ...' if len(ignored) > 5 else ''} "
+                     "(only .ipynb, .py and .zip files are graded)")
+    _assign(student, found, known, forced)
+
+
+def _base(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def _stem(path: str) -> str:
+    base = _base(path)
+    return base.rsplit(".", 1)[0] if _gradable(base) else base
+
+
+def _assign(student: Student, found: list, known, forced, original=None):
+    """Give each found file its assignment: notebooks before .py files, canonical names first,
+    then the shallowest; the rest are noted."""
+    found.sort(key=lambda f: (not f[0].endswith(".ipynb"), _stem(f[0]) not in known, f[0].count("/"), f[0]))
     for path, sub in found:
-        ch = forced or assignment_of(base(path), sub.nb, known)
+        ch = forced or assignment_of(original or _base(path), sub.nb, known)
         if ch is None:
             student.note(f"{path}: not one of the exercises, ignored" + (f" ({sub.error})" if sub.error else ""))
         elif ch in student.files:
-            student.note(f"{path}: a second notebook for {ch}, ignored")
+            student.note(f"{path}: a second file for {ch}, ignored (graded: {student.files[ch].shown})")
         else:
             student.files[ch] = sub
+            if sub.note:
+                student.note(sub.note)
+
+
+def _gradescope_metadata(root_fd: int) -> dict:
+    """Gradescope's submission_metadata.yml (a download of all submissions), if it is there."""
+    try:
+        raw = read_regular(root_fd, "submission_metadata.yml", 8 << 20)
+    except OSError:
+        return {}
+    return lms.gradescope_submitters(raw.decode("utf-8", "replace"))
+
+
+def _student(students: dict, taken: dict, raw: bytes, name: str) -> Student:
+    """The Student for a top-level entry whose raw name is `raw`; two raw names that show the
+    same (b"caf\\xe9" and the text "caf\\xe9") stay two students."""
+    owner = taken.setdefault(name, raw)
+    if owner != raw:
+        n = 2
+        while f"{name} ({n})" in taken and taken[f"{name} ({n})"] != raw:
+            n += 1
+        name = f"{name} ({n})"
+        taken.setdefault(name, raw)
+    return students.setdefault(name, Student(name))
 
 
 def find_submissions(root: str, known, chapter: str | None = None) -> tuple[dict, list]:
-    """{student name: Student} and notes for the summary (skipped dot-entries, odd files).
+    """{student name: Student} and notes for the summary (skipped litter, odd files).
 
-    Layout: root/<student>/**/<exercise>.ipynb, or root/<student>.ipynb (one exercise)."""
+    Layout: root/<student>/**/<exercise>.ipynb, or root/<student>.ipynb (one exercise), or an
+    LMS download (Canvas flat files, Moodle or Gradescope folders); .py and .zip files too."""
     try:
         root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as e:
         raise NotADirectoryError(f"{root} is not a folder of submissions ({e.strerror})") from None
-    students, notes = {}, []
+    students, notes, taken = {}, [], {}
     try:
+        gradescope = _gradescope_metadata(root_fd)
         with os.scandir(root_fd) as it:
             entries = []
             for e in it:
@@ -210,30 +269,39 @@ def find_submissions(root: str, known, chapter: str | None = None) -> tuple[dict
                     break
                 entries.append(e)
         for e in sorted(entries, key=lambda e: os.fsencode(e.name)):
-            name = shown(e.name)
-            if e.name.startswith("."):
-                notes.append(f"skipped {name}: its name starts with a dot")
+            name, raw = shown(e.name), os.fsencode(e.name)
+            if e.name in JUNK or e.name.startswith("._"):
+                if e.name != "submission_metadata.yml":
+                    notes.append(f"skipped {name}: left by a tool (not a student's)")
                 continue
             mode = e.stat(follow_symlinks=False).st_mode
+            keys, original = lms.keys(e.name)
             if stat.S_ISDIR(mode):
-                st = students.setdefault(name, Student(name))
+                st = _student(students, taken, raw, name)
+                st.keys += keys + gradescope.get(e.name, [])
                 _scan_student(root_fd, e.name, st, known, chapter)
-            elif e.name.endswith(".ipynb"):
-                st = students.setdefault(name[:-6], Student(name[:-6]))
+            elif _gradable(e.name) or stat.S_ISLNK(mode):
+                who = keys[0] if keys else _stem(name)
+                st = _student(students, taken, os.fsencode(keys[0]) if keys else raw.rsplit(b".", 1)[0], who)
+                st.keys += keys
                 if not stat.S_ISREG(mode):
-                    st.note(f"{name}: refused, it is {_what(mode)}; only regular files are graded")
+                    what = "a symbolic link, not followed" if stat.S_ISLNK(mode) else f"refused, it is {_what(mode)}"
+                    st.note(f"{name}: {what}: submit a folder, a notebook or a zip")
                     continue
-                sub = _load(root_fd, e.name, name)
-                ch = chapter or assignment_of("", sub.nb, known)
-                if ch in st.files:
-                    st.note(f"{name}: a second notebook for {ch}, ignored")
+                found, zip_notes = _load(root_fd, e.name, name)
+                for n in zip_notes:
+                    st.note(n)
+                if original is None and not e.name.endswith(".zip"):   # <student>.ipynb: the name is the student's
+                    for _, sub in found:
+                        ch = chapter or assignment_of("", sub.nb, known)
+                        if ch in st.files:
+                            st.note(f"{name}: a second file for {ch}, ignored")
+                        else:
+                            st.files[ch] = sub
                 else:
-                    st.files[ch] = sub
-            elif stat.S_ISLNK(mode):
-                st = students.setdefault(name, Student(name))
-                st.note(f"{name}: a symbolic link, not followed: submit a folder or a notebook")
+                    _assign(st, found, known, chapter, None if e.name.endswith(".zip") else original)
             else:
-                notes.append(f"skipped {name}: {_what(mode)}, not a folder or a notebook")
+                notes.append(f"skipped {name}: {_what(mode)}, not a folder, a notebook, a .py file or a zip")
     finally:
         os.close(root_fd)
     return students, notes

@@ -13,7 +13,8 @@ import pytest
 from _grade_helpers import CHAPTERS, EXERCISES, HIDDEN, SOLUTIONS, prepared as prepare, save, solution, tasks, with_cell
 from milktea.grade import make_exercises
 from milktea.grade.check import check_notebook
-from milktea.grade.classroom import _feedback, grade_class
+from milktea.grade.classroom import grade_class
+from milktea.grade.report import feedback
 from milktea.grade.evaluate import grade_notebook
 from milktea.grade.notebook import cell_tasks, notebook_language, notebook_text, read_notebook
 from milktea.grade.sandbox import Limits
@@ -111,7 +112,9 @@ def test_feedback_is_in_the_notebooks_language(course, capsys):
     out = capsys.readouterr().out
     assert "Checking 03_topk.ipynb on the public tests" in out and "not implemented yet" in out
     assert "03.1 The threshold ..." in out
-    assert "总分" in _feedback("小明", [res], "zh") and "Total:" in _feedback("Ming", [res], "en")
+    record = lambda lang: {"lang": lang, "results": [res.to_dict()]}
+    assert "总分" in feedback("小明", record("zh"), "published", {}) and \
+        "Total:" in feedback("Ming", record("en"), "published", {})
 
 
 @pytest.mark.parametrize("path", ZH_SOLUTIONS, ids=lambda p: f"solutions/zh/{p.name}")

@@ -26,6 +26,8 @@ from _grade_helpers import (
 )
 
 from milktea.grade import Limits, grade_class, isolation
+from milktea.grade.records import safe_name
+from milktea.grade.report import task_scores
 from milktea.grade.prepare import SetupError
 
 BOX = isolation.probe()
@@ -128,7 +130,8 @@ for path in ({sol!r}, {hid!r}, {str(out / 'grades.csv')!r}):
 
 
 HONEST = {   # honest submissions in odd folders: full marks
-    "huge_print", "deep_tmp", os.fsdecode(b"jos\xe9"), "plots", "renamed", "deep_folder"}
+    "huge_print", "deep_tmp", os.fsdecode(b"jos\xe9"), "jos\\xe9 (2)", "plots", "renamed", "deep_folder",
+    ".dot_student", "many_cells"}
 REFUSED = {"link_solution", "link_zero", "fifo", "link_student", "device"}   # nothing gradable: zero with a note
 
 
@@ -170,6 +173,11 @@ def graded(tmp_path_factory, request):
         fd = fd2
     os.close(fd)
     save(topk, subs / ".dot_student" / "03_topk.ipynb")
+    save(topk, subs / "jos\\xe9" / "03_topk.ipynb")    # shows like the Latin-1 name above: still two students
+    (subs / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")   # left by a tool: skipped, said so
+    many = json.loads(json.dumps(topk))
+    many["cells"] += [code_cell("x = 1\n", ["graded"]) for _ in range(10_000)]
+    save(many, subs / "many_cells" / "03_topk.ipynb")
     (subs / "link_solution").mkdir()
     os.symlink(course / "solutions" / "03_topk.ipynb", subs / "link_solution" / "03_topk.ipynb")
     (subs / "link_zero").mkdir()
@@ -208,7 +216,7 @@ def table(out):
     with open(out / "grades.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
     header = [h.split()[0] for h in rows[0]]
-    return {r[0]: dict(zip(header[1:], map(float, r[1:]))) for r in rows[1:]}
+    return {r[0]: dict(zip(header[1:-1], map(float, r[1:-1]))) for r in rows[1:]}
 
 
 def expected(graded):
@@ -239,6 +247,16 @@ def test_nothing_secret_reaches_any_output(graded):
             data.decode("utf-8")   # every output file is valid UTF-8
             for mark in (SECRET, SOLUTION_MARK, HIDDEN_MARK, HIDDEN_VALUE, "BEGIN SOLUTION", "PATH="):
                 assert mark.encode() not in data, (name, mark)
+    # what students read names none of the grader's own files: no checkout, course, venv or sandbox path
+    # (attackers that typed a path into their own code see it quoted back: that is theirs)
+    grader = [str(ROOT), str(graded["course"]), os.path.realpath(sys.prefix), "/grader/", "child.py", "zygote.py"]
+    for student in HONEST | REFUSED | {"alice"}:
+        student = student.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        for path in (graded["out"] / "results" / f"{safe_name(student)}.json",
+                     graded["out"] / "feedback" / f"{safe_name(student)}.txt"):
+            text = path.read_text(encoding="utf-8")
+            for mark in grader:
+                assert mark not in text, (path.name, mark)
 
 
 def test_no_file_outside_the_sandbox_changed_and_no_process_survived(graded):
@@ -246,7 +264,7 @@ def test_no_file_outside_the_sandbox_changed_and_no_process_survived(graded):
     assert snapshot(graded["course"], graded["subs"]) == graded["watched"]
     assert table(graded["out"]) == expected(graded)
     assert not [f for f in os.listdir(graded["out"]) if f not in
-                ("grades.csv", "results", "feedback", "summary.txt", "run.json", ".resume-key")]
+                ("grades.csv", "results", "feedback", "summary.txt", "run.json", ".resume-key", ".state")]
     left = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -262,9 +280,10 @@ def test_no_file_outside_the_sandbox_changed_and_no_process_survived(graded):
 def test_odd_folders_are_graded_or_refused_with_a_note(graded):
     out = graded["out"]
     summary = (out / "summary.txt").read_text()
-    assert "skipped .dot_student: its name starts with a dot" in summary
+    assert "skipped .DS_Store: left by a tool" in summary
     assert "Isolation: bubblewrap" in summary
     fb = lambda s: (out / "feedback" / f"{s}.txt").read_text()
+    assert "the first 100 ran, the other 9900 did not" in fb("many_cells")
     assert "symbolic link" in fb("link_solution") and "symbolic link" in fb("link_zero")
     assert "a FIFO" in fb("fifo") and "symbolic link" in fb("link_student") and "a device" in fb("device")
     assert "deeper than 6 folders" in fb("deep_folder")
@@ -278,11 +297,11 @@ def test_odd_folders_are_graded_or_refused_with_a_note(graded):
 def test_a_forged_resume_record_is_regraded(graded, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(graded["out"], out)
-    rec = json.loads((out / "results" / "read_solution.json").read_text())
-    rec["score"] = 8.0
-    for t in rec["tests"]:
-        t["score"] = t["max_score"]
-    (out / "results" / "read_solution.json").write_text(json.dumps(rec))
+    rec = json.loads((out / ".state" / "read_solution.json").read_text())
+    for res in rec["results"]:
+        for t in res["tasks"]:
+            t["score"], t["passed"], t["kind"] = t["points"], t["total"], ""
+    (out / ".state" / "read_solution.json").write_text(json.dumps(rec))
     keep = {s: graded["subs"] / s for s in ("read_solution", "alice")}
     subs = tmp_path / "subs"
     for s, p in keep.items():
@@ -345,7 +364,7 @@ def test_the_gradescope_bundle_grades_a_submission(tmp_path):
     assert done.returncode == 0, done.stderr
     res = json.loads((root / "results" / "results.json").read_text())
     assert res["score"] == 6.0 and res["stdout_visibility"] == "hidden"
-    assert [(t["name"].split()[0], t["score"], t["max_score"]) for t in res["tests"]] == \
-        [("03.1", 2.0, 2), ("03.2", 0.0, 2), ("03.3", 2.0, 2), ("03.4", 2.0, 2)]
+    assert task_scores(res) == {"03.1": 2.0, "03.2": 0.0, "03.3": 2.0, "03.4": 2.0}
     assert all(set(t) >= {"name", "score", "max_score", "output", "visibility"} for t in res["tests"])
-    assert "hidden checks failed" in res["tests"][1]["output"]
+    hidden = next(t for t in res["tests"] if t["name"].startswith("03.2") and t["name"].endswith("(hidden tests)"))
+    assert "hidden checks failed" in hidden["output"] and hidden["visibility"] == "after_due_date"
