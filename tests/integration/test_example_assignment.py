@@ -10,15 +10,13 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the shared helpers
-from _grade_helpers import ROOT, graded_cell, save, with_cell  # noqa: E402
-from milktea.grade import isolation  # noqa: E402
-from milktea.grade.notebook import notebook_text, read_notebook  # noqa: E402
-from milktea.grade.report import task_scores  # noqa: E402
+from _grade_helpers import ROOT, graded_cell, save, with_cell
+from milktea.grade import isolation
+from milktea.grade.notebook import notebook_text, read_notebook
+from milktea.grade.report import task_scores
 
 EXAMPLE = ROOT / "examples" / "assignment"
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))

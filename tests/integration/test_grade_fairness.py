@@ -4,14 +4,12 @@ wall-clock time), while an endless loop is still stopped. About 10 s: the load i
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the shared helpers
-from milktea.grade.child import encode  # noqa: E402
-from milktea.grade.sandbox import Cell, Limits, TaskJob, run  # noqa: E402
+from milktea.grade.child import encode
+from milktea.grade.sandbox import Cell, Limits, TaskJob, run
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
 

@@ -5,13 +5,11 @@ start it, and the grader blamed user namespaces."""
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the shared helpers
-from _grade_helpers import ROOT  # noqa: E402
-from milktea.grade import isolation  # noqa: E402
+from _grade_helpers import ROOT
+from milktea.grade import isolation
 
 pytestmark = pytest.mark.skipif(not isolation.probe().isolated, reason="needs a sandbox (bubblewrap)")
 

@@ -2,15 +2,12 @@
 own fake bucket and all-reduce (a harness from the tests file), so a run_hook rewritten to return
 the mean, a hook that sends float32, one that divides after the sum, one that never calls the
 all-reduce, and one that hands back float16 all lose the task."""
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the shared helpers
-from _grade_helpers import prepared, save, solution, with_cell  # noqa: E402
-from milktea.grade import isolation  # noqa: E402
-from milktea.grade.evaluate import grade_notebook  # noqa: E402
+from _grade_helpers import prepared, save, solution, with_cell
+from milktea.grade import isolation
+from milktea.grade.evaluate import grade_notebook
 
 HOOK = "import numpy as np\nimport torch\n\ndef fp16_hook(state, bucket):\n{body}\n"
 WRONG = {

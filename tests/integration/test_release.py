@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the shared helpers
-from _grade_helpers import CHAPTERS, ROOT, SOLUTIONS, graded_cell, save, with_cell  # noqa: E402
-from milktea.grade import isolation  # noqa: E402
-from milktea.grade.notebook import cell_tasks, read_notebook  # noqa: E402
-from milktea.grade.release import BEGIN, END  # noqa: E402
+from _grade_helpers import CHAPTERS, ROOT, SOLUTIONS, graded_cell, save, with_cell
+from milktea.grade import isolation
+from milktea.grade.notebook import cell_tasks, read_notebook
+from milktea.grade.release import BEGIN, END
 
 pytestmark = pytest.mark.skipif(not isolation.probe().isolated, reason="needs a sandbox (bubblewrap)")
 

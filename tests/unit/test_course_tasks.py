@@ -3,14 +3,11 @@ calls holds a solution region in its master notebook (so nothing given in an edi
 what gets graded, as run_hook once was for 06.7), and a task that needs the grader's own
 scaffolding (a fake bucket and group) brings it as a harness from its tests file."""
 import ast
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the shared helpers
-from _grade_helpers import CHAPTERS, graded_cell, load  # noqa: E402
-from milktea.grade.release import BEGIN  # noqa: E402
+from _grade_helpers import CHAPTERS, graded_cell, load
+from milktea.grade.release import BEGIN
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
