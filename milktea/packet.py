@@ -301,10 +301,11 @@ class Packet:
     def __repr__(self) -> str:
         from . import i18n
         parts = ", ".join(f"{p.numel()} B" for p in self.parts)
+        sep = i18n._(", ")  # the words about the wire are prose: Chinese commas around them
         wire = (i18n._("{nbytes} B on the wire = {ratio:.1f}x smaller") if self.nbytes else i18n._("empty")).format(
             nbytes=self.nbytes, ratio=self.ratio if self.nbytes else 0.0)
         return (f"Packet({self.codec}, shape={self.shape}, {str(self.dtype).replace('torch.', '')}, "
-                f"params={self.params}, {wire}, parts=[{parts}])")
+                f"params={self.params}{sep}{wire}{sep}parts=[{parts}])")
 
 
 def _parse_header(b: bytes):
