@@ -37,7 +37,7 @@ FULL, DENSE, PLAIN = "DGC, all four techniques", "dense SGD, momentum 0.9", "Top
 def gpt_task():
     """The GPT the ablation trains: one block, 32 wide, 16 characters of context (about
     10,000 parameters, so 1% keeps about 100 entries a step)."""
-    from ..gpt import CharGPT
+    from ..tasks import CharGPT
     return CharGPT(n_layer=1, n_head=2, n_embd=32, block=16, max_val_windows=128)
 
 
