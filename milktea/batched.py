@@ -14,7 +14,9 @@ bit for bit what each worker's own `compress`, `subtract_sent` and `aggregate` g
 - each packet's exact size (Top-K's index encoding is chosen per worker) is computed
   from the same formulas as the packet's own.
 
-Other compressors, and tensors large enough for the numba kernels, go per worker.
+A compressor of your own joins this path by defining `compress_batch(X, shape,
+error_feedback)` (see `Custom` below); other compressors, and tensors large enough for
+the numba kernels, go per worker.
 
     >>> import torch
     >>> from milktea import TopK
@@ -187,6 +189,24 @@ class _Quantize(_Batch):
         return _fold(D), [_header(self.shape, (bits, chunk, 0), (packed_size(n, bits), 4 * nch)) + size] * W
 
 
+class Custom(_Batch):
+    """A compressor's own batched path: `compress_batch(X, shape, error_feedback)`, called
+    on worker 0's copy with X, the [workers, n] gradients (with error feedback: the
+    workers' ledgers, the gradients added already). It returns (the sum over rows, in row
+    order, of what each row's packet decodes to, flat; each row's packet.nbytes) and, with
+    error feedback, subtracts from each row of X what its packet carries, in place. It
+    must give the bits one compress per worker gives (compare simulate(..., batched=False)),
+    so define it only where the workers' copies hold no state of their own (a random stream).
+    """
+
+    def run(self, X):
+        total, sizes = self.codec.compress_batch(X, self.shape, self.ef)
+        if total.shape != (X.shape[1],) or len(sizes) != X.shape[0]:
+            raise ValueError(f"{type(self.codec).__name__}.compress_batch returned a sum of shape "
+                             f"{tuple(total.shape)} and {len(sizes)} sizes; expected ({X.shape[1]},) and {X.shape[0]}")
+        return total, [int(s) for s in sizes]
+
+
 def batch_for(senders, shape):
     """A batched stand-in for these per-worker senders of one stream (each a compressor
     or an ErrorFeedback around one), or None when they must run one by one. Call it with
@@ -212,6 +232,8 @@ def batch_for(senders, shape):
         return _Sign(senders, shape, c)
     if type(c) is Quantize and not c.stochastic:
         return _Quantize(senders, shape, c)
+    if callable(getattr(c, "compress_batch", None)):
+        return Custom(senders, shape, c)
     return None
 
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .checks import check_int, check_number
-from .i18n import _
 
 COLLECTIVES = ("allreduce", "allgather", "ps", "compressed_allreduce")
 
@@ -249,26 +248,6 @@ class Timeline:
         return (f"Timeline({len(self.backward)} buckets, total {self.total:.4g}s, serial {self.serial:.4g}s, "
                 f"exposed comm {self.exposed_comm:.4g}s)")
 
-    def plot(self, ax=None):
-        """A two-row Gantt chart: compute on top, the link below."""
-        import matplotlib.pyplot as plt
-        if ax is None:
-            _fig, ax = plt.subplots(figsize=(8, 2))
-        if self.forward[1] > self.forward[0]:
-            ax.broken_barh([(self.forward[0], self.forward[1] - self.forward[0])], (1, 0.8),
-                           color="tab:gray", label="forward")
-        for i, (s, e) in enumerate(self.backward):
-            ax.broken_barh([(s, e - s)], (1, 0.8), color="tab:blue", edgecolor="white",
-                           label="backward" if i == 0 else None)
-        for i, (s, e) in enumerate(self.comm):
-            ax.broken_barh([(s, e - s)], (0, 0.8), color="tab:orange", edgecolor="white",
-                           label="communication" if i == 0 else None)
-        ax.set_yticks([0.4, 1.4], ["link", "compute"])
-        ax.set_xlabel("seconds")
-        ax.set_title(f"step {self.total:.3g}s with overlap vs {self.serial:.3g}s without")
-        ax.legend(loc="upper right", fontsize="small")
-        return ax
-
 
 def overlapped_timeline(backward_times, comm_times, forward=0.0) -> Timeline:
     """Bucketed overlap on one link: forward runs first, then the backward buckets in order;
@@ -365,44 +344,3 @@ def fit_allreduce_link(sizes_bytes, times_s, workers: int) -> Link:
         alpha = t[small] / (2 * (N - 1))
         beta = max(t[large] - 2 * (N - 1) * alpha, 1e-12) / (2 * (N - 1) / N * m[large])
         return Link(1.0 / beta, alpha)
-
-
-@dataclass
-class Scissors:
-    """Compute and bandwidth, both relative to year 0, and the gap between them."""
-    years: np.ndarray
-    compute: np.ndarray
-    bandwidth: np.ndarray
-
-    @property
-    def gap(self) -> np.ndarray:
-        return self.compute / self.bandwidth
-
-    def plot(self, ax=None):
-        import matplotlib.pyplot as plt
-        if ax is None:
-            _fig, ax = plt.subplots(figsize=(5, 3.5))
-        ax.semilogy(self.years, self.compute, label=_("compute (FLOP/s)"))
-        ax.semilogy(self.years, self.bandwidth, label=_("bandwidth (bytes/s)"))
-        ax.fill_between(self.years, self.bandwidth, self.compute, alpha=0.15, color="tab:red")
-        ax.set_xlabel(_("years"))
-        ax.set_ylabel(_("relative to year 0"))
-        ax.set_title(_("after {years:g} years the gap is {gap:.0f}x").format(years=self.years[-1], gap=self.gap[-1]))
-        ax.legend()
-        return ax
-
-
-def scissors(years: float = 10, compute_growth: float = 2.0, bandwidth_growth: float = 1.2,
-             points: int = 50) -> Scissors:
-    """The compute/bandwidth gap: compute multiplies by `compute_growth` a year, bandwidth by
-    `bandwidth_growth` (slower), both start at 1.
-
-    >>> round(float(scissors(10).gap[-1]))    # 2^10 / 1.2^10
-    165
-    """
-    years = check_number(years, "years", 0, open_low=True)
-    cg = check_number(compute_growth, "compute_growth", 0, open_low=True)
-    bg = check_number(bandwidth_growth, "bandwidth_growth", 0, open_low=True)
-    points = check_int(points, "points", 2)
-    t = np.linspace(0.0, years, points)
-    return Scissors(t, cg ** t, bg ** t)

@@ -1,12 +1,8 @@
-"""The compiled (numba) loops behind milktea.kernels, loaded on first use.
-
-Importing this module imports numba and compiles (or loads from numba's cache) every
-loop, so milktea.kernels imports it only when a CPU tensor is large enough for them:
-`import milktea` and small tensors never pay for numba. Each loop has a torch twin in
-milktea.kernels that gives the same bits; the tests compare the two.
-
-Loops are written over slices (xs[i] for i in range(len)), which LLVM vectorizes;
-indexing the full array with offsets (x[s + i]) runs about twice slower.
+"""The compiled (numba) loops behind milktea.kernels, loaded on first use (importing this
+module imports numba and compiles every loop, or loads it from numba's cache), so `import
+milktea` and small tensors never pay for numba. Each loop has a torch twin in
+milktea.kernels that gives the same bits; the tests compare the two. Loops run over
+slices (xs[i] for i in range(len)), which LLVM vectorizes (x[s + i] runs twice slower).
 No 'contract' (fused multiply-add) and no 'arcp' (division by reciprocal) in the
 quantizers: their codes must be bit for bit those of the torch path.
 """
@@ -168,15 +164,12 @@ def sign_into(packed, scale, out, mode, div):
 def collect_above(x, g, t, clear, found, found_x, counts, bad):
     """One pass over memory, block by block: x += g first where g is not empty (error
     feedback's ledger update; g zeroed as it is read where `clear`), then the positions in
-    the block where |x| >= t.
-    found[b, :counts[b]] = those positions minus the block's start and found_x[b, ...]
-    their values, while counts[b] fits found's row (a block with more is read again by
+    the block where |x| >= t: found[b, :counts[b]] (minus the block's start) and found_x[b,
+    ...] their values, while counts[b] fits found's row (a block with more is read again by
     gather_above). bad[b] = 1 where block b met a NaN or an infinity in x + g.
-
-    One pass instead of a count pass and a fill pass. The block goes by runs of RUN
-    entries: a branch-free loop (which LLVM vectorizes) adds and counts a run, and only
-    a run with a hit, still in cache, is looked at entry by entry (measured: 15% faster
-    than the count and fill passes on 25M entries, where a branch per entry was slower)."""
+    A block goes by runs of RUN entries: a branch-free loop (vectorized) adds and counts a
+    run, and only a run with a hit, still in cache, is looked at entry by entry (15% faster
+    than a count pass and a fill pass on 25M entries; a branch per entry was slower)."""
     n = x.size
     cap = found.shape[1]
     add = g.size > 0
@@ -309,12 +302,9 @@ def index_sizes(idx):
 def topk_among(bits, cand, k, out, out_bits):
     """out[:k] = the k positions of `cand` (sorted) whose |x| is largest, ties to the
     lowest position, in order, and out_bits[:k] their bits; `bits[i]` is float32
-    x[cand[i]] viewed as uint32 (the candidates' own values, kept as they were found: no
-    reads of x at random). Returns k.
-
-    |x|'s bit pattern (sign bit cleared) orders like |x| itself (NaN above infinity, as
-    torch.topk), so a radix select on it (kth_key) finds the k-th largest in two passes.
-    """
+    x[cand[i]] viewed as uint32 (the candidates' own values: no reads of x at random).
+    Returns k. |x|'s bit pattern (sign bit cleared) orders like |x| (NaN above infinity,
+    as torch.topk), so a radix select on it (kth_key) finds the k-th largest in two passes."""
     m = cand.size
     keys = np.empty(m, np.uint32)
     for i in range(m):
@@ -334,8 +324,7 @@ def topk_among(bits, cand, k, out, out_bits):
 
 @njit(cache=True, nogil=True)
 def zero_at(x, idx):
-    """x[idx] = 0 for sorted positions: a plain loop, which measured twice as fast as
-    torch's index_fill_ on 250k positions of a 25M-entry ledger."""
+    """x[idx] = 0 for sorted positions (twice as fast as torch's index_fill_, measured)."""
     for i in range(idx.size):
         x[idx[i]] = 0
 
@@ -367,8 +356,7 @@ def sparse_mean(idx, vals, offs, count, out):
 
 @njit(cache=True, nogil=True)
 def delta8_encode(idx, out):
-    """Gaps of the sorted unique positions `idx` as delta8 bytes (255 = escape: add 255
-    and read on) into `out`, sized by index_sizes; returns the bytes written."""
+    """The gaps of sorted unique `idx` as delta8 bytes (255: add 255, read on) into `out`."""
     prev = -1
     j = 0
     for i in range(idx.size):

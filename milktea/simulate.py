@@ -93,38 +93,6 @@ class History:
         tail = i18n._("{seconds:.2f} s").format(seconds=self.wall_time)
         return f"History({head}{sep.join(parts)}{ratio}{sep}{tail}{div})"
 
-    def plot(self, ax=None, metric: str | None = None, x: str = "step"):
-        """Plot `metric` (held-out accuracy if there is one, else the training loss) against
-        steps or against cumulative MB sent per worker (`x="bytes"`). Call it for several
-        runs with the same `ax` to compare them."""
-        import matplotlib.pyplot as plt
-        if x not in ("step", "bytes"):
-            raise ValueError(f"x must be 'step' or 'bytes', got {x!r}")
-        if ax is None:
-            _, ax = plt.subplots(figsize=(6, 4))
-        metric = metric or ("accuracy" if "accuracy" in self.evals else "train loss")
-        if metric == "train loss":
-            steps, ys = list(range(1, self.steps + 1)), self.loss
-        elif metric in self.evals:
-            steps, ys = self.eval_steps, self.evals[metric]
-        else:
-            raise ValueError(f"metric must be 'train loss' or one of {sorted(self.evals)}, got {metric!r}")
-        if x == "bytes":
-            cum, total = [0.0], 0.0
-            for b in self.bytes_per_worker:
-                total += b
-                cum.append(total)
-            xs, ax_label = [cum[s] / 1e6 for s in steps], "MB sent per worker"
-        else:
-            xs, ax_label = steps, "step"
-        ax.plot(xs, ys, label=self.scheme)
-        if metric in ("train loss", "loss", "error"):
-            ax.set_yscale("log")
-        ax.set_xlabel(ax_label)
-        ax.set_ylabel(metric)
-        ax.legend()
-        return ax
-
 
 def _check(task, compressor, workers, steps, lr, batch, momentum, seed, eval_every):
     if not isinstance(task, Task):
@@ -374,42 +342,3 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
     bar.close()
     hist.wall_time = time.perf_counter() - start
     return hist
-
-
-@dataclass
-class SeedDemo:
-    """The seed's toy demo re-run through the library: final distances ||w - w*||."""
-    dense_error: float
-    topk_ef_error: float
-    topk_error: float          # the same Top-K without the ledger, for contrast
-    seed_ratio: float          # the seed's own estimate: 4-byte values + 1-byte indices
-    wire_ratio: float          # dense bytes / the packets' real bytes
-    dense: History
-    topk_ef: History
-    topk: History
-
-    def __repr__(self) -> str:
-        from . import i18n
-        return "SeedDemo(" + i18n._("dense error {dense:.4f}, Top-K+EF error {ef:.4f}, Top-K without EF {topk:.4f}; "
-                               "savings: the seed's estimate {seed:.1f}x, real packets {wire:.2f}x").format(
-            dense=self.dense_error, ef=self.topk_ef_error, topk=self.topk_error, seed=self.seed_ratio,
-            wire=self.wire_ratio) + ")"
-
-
-def seed_demo(steps: int = 60, n_params: int = 1000, k: int = 100, lr: float = 0.1, seed: int = 42,
-              dtype: torch.dtype = torch.float32) -> SeedDemo:
-    """The seed's demo: w starts at 0, gradient w - w*, 60 steps of lr 0.1, dense vs Top-K
-    (k=100 of 1000) with error feedback. One worker, full gradient.
-
-    >>> round(seed_demo().dense_error, 4)
-    0.0556
-    """
-    from .compressors import TopK
-    task = Quadratic(n_params, seed, dtype=dtype)
-    run = dict(workers=1, steps=steps, lr=lr, batch=None, progress=False, eval_every=steps, device="cpu")
-    dense = simulate(task, None, **run)
-    ef = simulate(task, TopK(k=k), error_feedback=True, **run)
-    plain = simulate(task, TopK(k=k), error_feedback=False, **run)
-    seed_ratio = (steps * n_params * 4) / (steps * k * (4 + 1))   # the seed's own byte count
-    return SeedDemo(dense.final("error"), ef.final("error"), plain.final("error"), seed_ratio, ef.ratio,
-                    dense, ef, plain)

@@ -9,5 +9,5 @@ __all__ = ["TrainConfig", "main", "train"]
 if __name__ == "__main__":
     main()
     if "RANK" in os.environ:   # under torchrun this process joined (and left) a process group
-        from milktea.distributed.launch import end_process
+        from milktea.distributed.worker import end_process
         end_process(0)         # a normal exit can abort in gloo's threads: see end_process

@@ -6,7 +6,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from milktea.distributed.launch import progress
+from milktea.distributed.worker import progress
 
 
 def kill_self_at(rank: int, step: int):

@@ -42,7 +42,9 @@ class Compressor:
     function of the packet alone (see :func:`milktea.compressors.decode`), registered by
     the subclass's module with :func:`milktea.compressors.register_codec`. The generic
     methods below are always right; `fast_paths` (see FAST_PATHS) says which of them a
-    class replaces by a faster one with the same bits.
+    class replaces by a faster one with the same bits. A compressor may also define
+    `compress_batch(X, shape, error_feedback)` to run every simulated worker in one call
+    (see milktea.batched.Custom).
 
     >>> from milktea import TopK, Quantize
     >>> sorted(TopK.fast_paths)
@@ -55,11 +57,9 @@ class Compressor:
     """
     codec = "dense"
     protocol = "allgather"   # how packets cross the wire: see milktea.distributed.protocols
-    #: True for compressors whose packets have a fixed support, so a collective can sum
-    #: them directly (all-reduce) instead of gathering every worker's packet.
-    summable = False
-    #: True for compressors that drop information systematically (biased): they need
-    #: error feedback to converge.
+    #: True for compressors that drop information systematically (Top-K, Sign, PowerSGD,
+    #: round-to-nearest quantizers): they need error feedback to converge, and a scheme
+    #: registered without saying otherwise (milktea.distributed.schemes.register) gets it.
     biased = False
     #: Magnitude from which the wire format cannot carry a value (65520 for Cast(fp16),
     #: which rounds it to inf); error feedback refuses a gradient that would push its
@@ -227,38 +227,6 @@ class Compressor:
         return {}
 
 
-# --- a compressor copy's state, for checkpoints (the DDP hook's and the compressed all-reduce's)
-def _generators(obj, path="") -> dict:
-    """Every torch.Generator a compressor holds (Chain: its stages' too), by attribute path."""
-    out = {}
-    for k, v in vars(obj).items():
-        if isinstance(v, torch.Generator):
-            out[path + k] = v
-        elif hasattr(v, "compress") and hasattr(v, "__dict__"):
-            out.update(_generators(v, f"{path}{k}."))
-    return out
-
-
-def coder_state(c) -> dict:
-    """One compressor copy's state for a checkpoint: its own `state_dict` (if it has one)
-    and the state of every random generator it holds, so a restored copy rounds exactly
-    as the saved one would have."""
-    return {"state": c.state_dict() if hasattr(c, "state_dict") else None,
-            "generators": {k: g.get_state() for k, g in _generators(c).items()}}
-
-
-def load_coder_state(c, saved: dict) -> None:
-    """Restore what `coder_state` returned into the copy `c`."""
-    if saved["state"] is not None:
-        c.load_state_dict(saved["state"])
-    gens = _generators(c)
-    for k, g in saved["generators"].items():
-        if k not in gens:
-            raise ValueError(f"saved state has a random generator at {k!r}; this compressor has "
-                             f"{sorted(gens) or 'none'}")
-        gens[k].set_state(g)
-
-
 class Identity(Compressor):
     """No compression: the raw tensor bytes (the dense baseline).
 
@@ -267,7 +235,6 @@ class Identity(Compressor):
     """
     codec = "dense"
     protocol = "allreduce"
-    summable = True
 
     @property
     def name(self) -> str:

@@ -24,7 +24,6 @@ class Cast(Compressor):
     """
     codec = "cast"
     protocol = "allreduce"
-    summable = True
 
     def __init__(self, dtype: torch.dtype = torch.float16, nonfinite: str = "raise"):
         super().__init__(nonfinite)

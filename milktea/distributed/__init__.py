@@ -8,11 +8,11 @@ use, so that `python -m milktea.distributed.netns` does not import its own modul
 """
 from milktea.distributed.compare import compare
 from milktea.distributed.hooks import CompressionState, compress
-from milktea.distributed.launch import WorkerError, WorkerHang, default_threads, launch
+from milktea.distributed.launch import WorkerError, WorkerHang, launch
 from milktea.distributed.link import EmulatedLink
 
 __all__ = ["CompressionState", "EmulatedLink", "NetnsLink", "WorkerError", "WorkerHang", "compare", "compress",
-           "default_threads", "launch"]
+           "launch"]
 
 
 def __getattr__(name):

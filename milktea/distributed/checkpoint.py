@@ -9,7 +9,8 @@ has its own ledgers (what it has not sent yet) and random streams. One file that
 rank writes would keep one rank's ledger for all of them, silently. So each rank writes
 `<path>/rank<r>-of-<N>.pt` and reads back its own; loading refuses another world size.
 (torch.distributed.checkpoint deduplicates entries saved under the same key by several
-ranks, which is exactly what must not happen to per-rank ledgers.)
+ranks, which is exactly what must not happen to per-rank ledgers.) `coder_state` is what a
+rank keeps of one compressor copy: its own state and its random generators.
 """
 from __future__ import annotations
 
@@ -60,3 +61,35 @@ def load_checkpoint(path: str, model, optimizer=None, state=None) -> dict:
             raise ValueError(f"{name} holds no hook state (saved without state=)")
         state.load_state_dict(data["hook"])
     return data["extra"]
+
+
+# --- a compressor copy's state (the DDP hook's protocols and the compressed all-reduce save it) ---
+def _generators(obj, path="") -> dict:
+    """Every torch.Generator a compressor holds (Chain: its stages' too), by attribute path."""
+    out = {}
+    for k, v in vars(obj).items():
+        if isinstance(v, torch.Generator):
+            out[path + k] = v
+        elif hasattr(v, "compress") and hasattr(v, "__dict__"):
+            out.update(_generators(v, f"{path}{k}."))
+    return out
+
+
+def coder_state(c) -> dict:
+    """One compressor copy's state for a checkpoint: its own `state_dict` (if it has one)
+    and the state of every random generator it holds, so a restored copy rounds exactly
+    as the saved one would have."""
+    return {"state": c.state_dict() if hasattr(c, "state_dict") else None,
+            "generators": {k: g.get_state() for k, g in _generators(c).items()}}
+
+
+def load_coder_state(c, saved: dict) -> None:
+    """Restore what `coder_state` returned into the copy `c`."""
+    if saved["state"] is not None:
+        c.load_state_dict(saved["state"])
+    gens = _generators(c)
+    for k, g in saved["generators"].items():
+        if k not in gens:
+            raise ValueError(f"saved state has a random generator at {k!r}; this compressor has "
+                             f"{sorted(gens) or 'none'}")
+        gens[k].set_state(g)

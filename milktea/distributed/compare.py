@@ -26,7 +26,8 @@ from milktea import cost
 from milktea.i18n import _
 from milktea.distributed import schemes
 from milktea.distributed.calibrate import DEFAULT_SIZES
-from milktea.distributed.launch import launch, report
+from milktea.distributed.launch import launch
+from milktea.distributed.worker import report
 from milktea.distributed.report import Comparison, predict_step
 
 # schemes that PyTorch itself refuses or breaks in some set-ups: a failure is reported, not raised

@@ -35,7 +35,7 @@ import time
 import torch
 
 from milktea.compressors import Compressor
-from milktea.compressors.base import coder_state, load_coder_state
+from milktea.distributed.checkpoint import coder_state, load_coder_state
 from milktea.feedback import ErrorFeedback
 from milktea.packet import Packet
 

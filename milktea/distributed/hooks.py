@@ -31,6 +31,7 @@ from typing import Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from milktea import cost
 from milktea.distributed import protocols
 from milktea.distributed.comm import Comm
 from milktea.distributed.link import EmulatedLink
@@ -38,6 +39,8 @@ from milktea.distributed.stats import StatsLog
 from milktea.checks import check_choice, check_int
 
 STATE_FORMAT = 2
+#: policy="auto" compresses a bucket only where it is predicted this much faster than dense
+AUTO_MARGIN = 0.2
 
 
 @dataclass
@@ -226,12 +229,31 @@ class CompressionState:
         self.stats.add(step, payload_bytes=flat.numel() * flat.element_size())
 
     def _decide(self, plan, buf, step) -> str:
-        """"compress" or "dense" for this bucket (always "compress" unless policy="auto")."""
+        """"compress" or "dense" for this bucket: always "compress" unless policy="auto",
+        which decides at a bucket's first compressed step. Every rank times its protocol on
+        the real gradients (`Protocol.probe`: compress, decode N packets, on a copy of the
+        compressor; the faster of two tries, so a cold cache does not decide) and prices
+        both ways with the link model; the ranks agree on the slowest rank's figures (one
+        tiny all-reduce), so all take the same decision. The bucket is compressed when
+
+            dense all-reduce time  >  (1 + AUTO_MARGIN) * (codec time + compressed collectives)
+
+        On a fast link (loopback) the codec costs more than it saves: everything stays dense."""
         if self.policy != "auto":
             return "compress"
         if plan.decision is None:
-            from milktea.distributed.policy import decide_bucket
-            plan.decision = decide_bucket(self, plan, buf, step)
+            tensors = [it.tensor.clone() for it in plan.items(buf, used=())]
+            codec_s, comm_s = (min(self.protocol.probe(tensors, self.model_link) for _ in range(2))
+                               if tensors else (0.0, 0.0))
+            agreed = torch.tensor([codec_s, comm_s], dtype=torch.float64, device=buf.device)
+            self.comm.all_reduce(agreed, step, op=dist.ReduceOp.MAX)
+            codec_s, comm_s = agreed.tolist()
+            nbytes = sum(s.numel for s in plan.segments if s.compress) * buf.element_size()
+            dense_s = cost.ring_allreduce_time(nbytes, self.world, self.model_link)
+            plan.decision = "compress" if dense_s > (1 + AUTO_MARGIN) * (codec_s + comm_s) else "dense"
+            self.decisions[plan.names] = dict(bucket=len(self.decisions), params=len(plan.segments),
+                                              decision=plan.decision, dense_s=dense_s, codec_s=codec_s,
+                                              compressed_comm_s=comm_s, bytes=nbytes)
         return plan.decision
 
     @property

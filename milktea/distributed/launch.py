@@ -12,16 +12,15 @@ LOCAL_RANK are set as torchrun would set them, and the thread count is cores // 
 If a rank raises or dies, the others are stopped at once and the parent raises
 `WorkerError` naming that rank (a rank killed by a signal is named, not the peer that
 then lost its connection), with its traceback. A rank that stops making progress (see
-`progress()`) is named too: `stall_timeout` stops the run when some rank has made no
-progress for that long. No worker is left running.
+`progress()` in milktea.distributed.worker, the side that runs in each rank) is named
+too: `stall_timeout` stops the run when some rank has made no progress for that long.
+No worker is left running.
 From the shell:  python -m milktea.distributed -n 2 milktea.distributed.examples:allreduce_sum
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
-import datetime
 import importlib
 import multiprocessing as mp
 import multiprocessing.connection as mpc
@@ -30,16 +29,12 @@ import pickle
 import signal
 import socket
 import sys
-import threading
 import time
-import traceback
 from typing import Any, Callable
 
-_conn = None  # inside a worker: the pipe to the parent (used by report() and progress())
-_steps = [0]         # inside a worker: progress() calls so far
-_send_lock = threading.Lock()   # the heartbeat thread and the main thread share the pipe
-_beating = threading.Event()    # set while the worker's function runs
-BEAT_EVERY_S = 0.5   # how often a worker tells the parent its progress and where it is
+from milktea.distributed.worker import BEAT_EVERY_S, run_worker
+from milktea.threads import per_rank
+
 
 
 class WorkerError(RuntimeError):
@@ -57,19 +52,6 @@ class WorkerError(RuntimeError):
 
     def __reduce__(self):
         return (WorkerError, (self.rank, self.exc_type, self.message, self.remote_traceback))
-
-
-def cpu_count() -> int:
-    """Cores this process may use (respects affinity masks and containers' cpusets)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def default_threads(nprocs: int) -> int:
-    """Threads per worker so that N workers together fit the machine: cores // N, at least 1."""
-    return max(1, cpu_count() // nprocs)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -94,51 +76,6 @@ def pick_backend(nprocs: int, backend: str = "auto") -> str:
     return backend
 
 
-def report(obj: Any) -> None:
-    """From inside a worker: send `obj` (picklable) to the parent's `on_message` callback
-    now, while the run goes on (progress, per-step records). Does nothing outside launch."""
-    if _conn is not None:
-        _send(_conn, ("msg", int(os.environ.get("RANK", 0)), obj))
-
-
-def progress() -> None:
-    """From inside a worker: count one unit of progress (a training step). When the run
-    stalls, the parent names the rank that is not waiting in a collective, with the
-    fewest steps. Costs an integer increment (a thread sends it twice a second)."""
-    _steps[0] += 1
-
-
-def _where(frame) -> tuple[str, bool]:
-    """The innermost line of the main thread, and whether it waits in torch.distributed."""
-    waiting, inner = False, None
-    while frame is not None:
-        path = frame.f_code.co_filename.replace(os.sep, "/")
-        if "torch/distributed/" in path:
-            waiting = True
-        if inner is None:
-            inner = f"{os.path.basename(path)}:{frame.f_lineno} in {frame.f_code.co_name}"
-        frame = frame.f_back
-    return inner or "?", waiting
-
-
-def _send(conn, msg) -> None:
-    # a large message is several writes: one thread at a time, or they interleave
-    with _send_lock:
-        conn.send(msg)
-
-
-def _heartbeat(conn, rank: int, main_id: int) -> None:
-    while True:
-        time.sleep(BEAT_EVERY_S)
-        if not _beating.is_set():   # the function has returned
-            return
-        where, waiting = _where(sys._current_frames().get(main_id))
-        try:
-            _send(conn, ("beat", rank, _steps[0], where, waiting))
-        except (OSError, ValueError):   # the parent has gone or the pipe was closed
-            return
-
-
 class WorkerHang(TimeoutError):
     """The run stopped making progress; `rank` is the rank that stopped first (fewest
     steps, then the oldest news), `steps` every rank's progress count."""
@@ -146,73 +83,6 @@ class WorkerHang(TimeoutError):
     def __init__(self, message: str, rank: int | None, steps: dict):
         self.rank, self.steps = rank, steps
         super().__init__(message)
-
-
-def end_process(code: int = 0) -> None:
-    """Leave this rank's process now: flush stdout/stderr, then os._exit(code). Call it
-    last, after dist.destroy_process_group(), in a process that joined a process group.
-
-    Why not a normal exit: DistributedDataParallel keeps a reference to its gloo process
-    group after the model is gone (torch 2.13: three gloo threads are still running after
-    destroy_process_group() whenever a DDP model was built, none without one). They are
-    still running while the interpreter and the C++ runtime tear themselves down, and a
-    few exits in twenty abort with "terminate called without an active exception" after
-    all the work is done. os._exit skips that tear-down; nothing is lost once the process
-    group is gone and the output is flushed. Atexit handlers do not run."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
-
-
-def _die_with_parent() -> None:
-    # Linux: the kernel kills this worker if the parent dies, even by SIGKILL.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _worker(rank: int, world: int, conn, cfg: dict) -> None:
-    global _conn
-    _conn = conn
-    _die_with_parent()
-    try:
-        if cfg["netns"]:
-            from milktea.distributed.netns import enter_namespace
-            enter_namespace(cfg["netns"][rank])
-        os.environ.update(cfg["env"])
-        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
-                          LOCAL_WORLD_SIZE=str(world), GROUP_RANK="0")
-        import torch
-        import torch.distributed as dist
-        torch.set_num_threads(cfg["threads"])
-        fn, args, kwargs = pickle.loads(cfg["payload"])
-        init = dict(backend=cfg["backend"], rank=rank, world_size=world,
-                    timeout=datetime.timedelta(seconds=cfg["collective_timeout"]))
-        if cfg["backend"] == "nccl":
-            torch.cuda.set_device(rank)
-            init["device_id"] = torch.device("cuda", rank)
-        dist.init_process_group(**init)
-        _beating.set()
-        threading.Thread(target=_heartbeat, args=(conn, rank, threading.get_ident()),
-                         name="milktea-heartbeat", daemon=True).start()
-        result = fn(*args, **kwargs)
-        _beating.clear()
-        data = pickle.dumps(result) if (rank == 0 or cfg["results"] == "all") else None
-        _send(conn, ("ok", rank, data))
-        dist.destroy_process_group()
-        conn.close()
-        end_process(0)  # a normal exit can abort in gloo's threads: see end_process
-    except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
-        tb = traceback.format_exc()
-        try:
-            original = pickle.dumps(e)
-        except Exception:  # noqa: BLE001
-            original = None
-        with contextlib.suppress(Exception):
-            _send(conn, ("error", rank, type(e).__name__, str(e), tb, original))
-        conn.close()
-        os._exit(1)  # skip atexit handlers that could block on a dead peer
-    conn.close()
 
 
 def _check_function(fn: Callable) -> bytes:
@@ -281,7 +151,7 @@ def launch(fn: Callable, nprocs: int = 2, args: tuple = (), kwargs: dict | None 
     except Exception as e:
         raise TypeError(f"launch could not pickle the function or its arguments ({e}); use a "
                         "module-level function and plain arguments") from e
-    threads = threads or default_threads(nprocs)
+    threads = threads or per_rank(local_world=nprocs)
     backend = pick_backend(nprocs, backend)
     child_env = {k: str(v) for k, v in (env or {}).items()}
     if netns is not None:
@@ -306,7 +176,7 @@ def launch(fn: Callable, nprocs: int = 2, args: tuple = (), kwargs: dict | None 
         with _environ(start_env):
             for rank in range(nprocs):
                 parent_end, child_end = ctx.Pipe(duplex=False)
-                p = ctx.Process(target=_worker, args=(rank, nprocs, child_end, cfg),
+                p = ctx.Process(target=run_worker, args=(rank, nprocs, child_end, cfg),
                                 name=f"milktea-rank{rank}")
                 p.start()
                 child_end.close()

@@ -59,10 +59,12 @@ class _Copies:
         return copy.deepcopy(self.compressor)
 
 
-def register(name: str, compressor, *, error_feedback: bool = True, label: str | None = None) -> str:
+def register(name: str, compressor, *, error_feedback: bool | None = None, label: str | None = None) -> str:
     """Make `name` a scheme that `build`, `compare`, `TrainConfig` and the command lines
     accept, sending gradients with `compressor` (any milktea Compressor, including one
     defined in your own file: its `protocol` attribute says how it crosses the wire).
+    error_feedback: None (default) gives the ledger to a compressor that declares itself
+    `biased` (Top-K, Sign, ...) and not to an unbiased one (QSGD, TernGrad).
 
     >>> from milktea import TopK
     >>> register("topk-5pct", TopK(0.05), label="my Top-5%+EF")
@@ -78,6 +80,8 @@ def register(name: str, compressor, *, error_feedback: bool = True, label: str |
         raise ValueError(f"{name!r} is a built-in scheme; choose another name")
     if not all(hasattr(compressor, m) for m in ("compress", "decompress", "fork")):
         raise TypeError(f"compressor must be a milktea compressor, got {type(compressor).__name__}")
+    if error_feedback is None:
+        error_feedback = bool(getattr(compressor, "biased", False))
     text = (label if label is not None else f"{name}{'+EF' if error_feedback else ''}")
     MILKTEA[name] = (text.replace("{", "{{").replace("}", "}}"), _Copies(compressor), bool(error_feedback))
     SCHEMES = tuple(MILKTEA) + tuple(TORCH)

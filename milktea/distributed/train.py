@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from milktea.checks import check_int
 from milktea.distributed import schemes
-from milktea.distributed.launch import progress
+from milktea.distributed.worker import progress
 from milktea.timing import median
 
 
@@ -360,5 +360,5 @@ def main(argv: list[str] | None = None) -> None:
 if __name__ == "__main__":
     main()
     if "RANK" in os.environ:   # under torchrun this process joined (and left) a process group
-        from milktea.distributed.launch import end_process
+        from milktea.distributed.worker import end_process
         end_process(0)         # a normal exit can abort in gloo's threads: see end_process

@@ -17,7 +17,7 @@ import torch
 
 from .. import cost
 from ..i18n import N_, _, count
-from ..checks import check_int
+from ..checks import check_int, check_number
 
 # Parameter counts of well-known models (public figures, rounded).
 MODELS = {"ResNet-50": 25.6e6, "BERT-large": 340e6, "GPT-2 XL": 1.5e9, "GPT-3": 175e9}
@@ -242,3 +242,32 @@ def seconds(x: float) -> str:
         if x >= size:
             return f"{x / size:.3g} {_(unit)}"
     return f"{x * 1e3:.3g} ms"
+
+
+@dataclass
+class Scissors:
+    """Compute and bandwidth, both relative to year 0, and the gap between them (the figure:
+    milktea.plots.bottleneck.scissors)."""
+    years: np.ndarray
+    compute: np.ndarray
+    bandwidth: np.ndarray
+
+    @property
+    def gap(self) -> np.ndarray:
+        return self.compute / self.bandwidth
+
+
+def scissors(years: float = 10, compute_growth: float = 2.0, bandwidth_growth: float = 1.2,
+             points: int = 50) -> Scissors:
+    """The compute/bandwidth gap: compute multiplies by `compute_growth` a year, bandwidth by
+    `bandwidth_growth` (slower), both start at 1.
+
+    >>> round(float(scissors(10).gap[-1]))    # 2^10 / 1.2^10
+    165
+    """
+    years = check_number(years, "years", 0, open_low=True)
+    cg = check_number(compute_growth, "compute_growth", 0, open_low=True)
+    bg = check_number(bandwidth_growth, "bandwidth_growth", 0, open_low=True)
+    points = check_int(points, "points", 2)
+    t = np.linspace(0.0, years, points)
+    return Scissors(t, cg ** t, bg ** t)

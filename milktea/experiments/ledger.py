@@ -21,7 +21,7 @@ from ..feedback import ErrorFeedback
 from ..index import ENCODINGS
 from ..simulate import History, simulate
 from ..checks import check_int
-from ..i18n import N_
+from ..i18n import N_, _
 from ..tasks import Digits, Quadratic, Task
 
 ITEMS = ("pearls", "sugar", "tea", "ice", "milk", "foam")
@@ -164,7 +164,6 @@ def compare_feedback(task: Task | None = None, ratio: float = 0.01, workers: int
 def demo_sentence(demo) -> str:
     """The seed demo's distances to the optimum, and where the ledger run ends against dense
     SGD (closer, further, or level), from the run's own numbers."""
-    from ..i18n import _
     from . import verdicts
     text = _("Distance to the optimum after 60 steps: dense **{d:.4f}**, Top-K with the ledger **{e:.4f}**, Top-K "
              "without it **{p:.2f}**.").format(d=demo.dense_error, e=demo.topk_ef_error, p=demo.topk_error)
@@ -177,7 +176,6 @@ def demo_sentence(demo) -> str:
 def feedback_sentence(runs: dict) -> str:
     """`compare_feedback`'s runs in words: each Top-K run's accuracy against dense (ahead or
     behind, in points) and what the ledger did."""
-    from ..i18n import _
     from . import verdicts
     acc = {k: h.final("accuracy") for k, h in runs.items()}
     text = _("Sending about {r:.0f}x fewer bytes, Top-K with the ledger ends **{ef}** in accuracy; without the ledger "
@@ -186,3 +184,40 @@ def feedback_sentence(runs: dict) -> str:
         plain=verdicts.gap(acc["Top-K, no ledger"], acc["dense"], _("dense SGD")))
     text += " " + _("The ledger {said}.").format(said=verdicts.effect(acc["Top-K + ledger"], acc["Top-K, no ledger"]))
     return verdicts.tidy(text)
+
+
+@dataclass
+class SeedDemo:
+    """The seed's toy demo re-run through the library: final distances ||w - w*||."""
+    dense_error: float
+    topk_ef_error: float
+    topk_error: float          # the same Top-K without the ledger, for contrast
+    seed_ratio: float          # the seed's own estimate: 4-byte values + 1-byte indices
+    wire_ratio: float          # dense bytes / the packets' real bytes
+    dense: History
+    topk_ef: History
+    topk: History
+
+    def __repr__(self) -> str:
+        return "SeedDemo(" + _("dense error {dense:.4f}, Top-K+EF error {ef:.4f}, Top-K without EF {topk:.4f}; "
+                               "savings: the seed's estimate {seed:.1f}x, real packets {wire:.2f}x").format(
+            dense=self.dense_error, ef=self.topk_ef_error, topk=self.topk_error, seed=self.seed_ratio,
+            wire=self.wire_ratio) + ")"
+
+
+def seed_demo(steps: int = 60, n_params: int = 1000, k: int = 100, lr: float = 0.1, seed: int = 42,
+              dtype: torch.dtype = torch.float32) -> SeedDemo:
+    """The seed's demo: w starts at 0, gradient w - w*, 60 steps of lr 0.1, dense vs Top-K
+    (k=100 of 1000) with error feedback. One worker, full gradient.
+
+    >>> round(seed_demo().dense_error, 4)
+    0.0556
+    """
+    task = Quadratic(n_params, seed, dtype=dtype)
+    run = dict(workers=1, steps=steps, lr=lr, batch=None, progress=False, eval_every=steps, device="cpu")
+    dense = simulate(task, None, **run)
+    ef = simulate(task, TopK(k=k), error_feedback=True, **run)
+    plain = simulate(task, TopK(k=k), error_feedback=False, **run)
+    seed_ratio = (steps * n_params * 4) / (steps * k * (4 + 1))   # the seed's own byte count
+    return SeedDemo(dense.final("error"), ef.final("error"), plain.final("error"), seed_ratio, ef.ratio,
+                    dense, ef, plain)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..experiments.bottleneck import AllReduceMeasurement, Breakdown, PhoneNight, seconds
+from ..experiments.bottleneck import AllReduceMeasurement, Breakdown, PhoneNight, Scissors, seconds
 from ..i18n import N_, _
 
 COMPUTE, COMM, IDLE = "tab:blue", "tab:orange", "tab:red"
@@ -127,4 +127,17 @@ def phone_night_bars(night: PhoneNight, ax=None):
     ax.legend(loc="upper right", fontsize=8)
     ax.set_xlabel(_("hours (log scale)"))
     ax.set_title(_("{branches} branches, {lines:,} lines each, {lines_per_second:g} lines per second").format(branches=night.branches, lines=night.lines, lines_per_second=night.lines_per_second), fontsize=10)
+    return ax
+
+
+def scissors(sci: Scissors, ax=None):
+    """Compute and bandwidth on a log scale, from year 0, with the gap between them shaded."""
+    ax = _ax(ax, (5, 3.5))
+    ax.semilogy(sci.years, sci.compute, label=_("compute (FLOP/s)"))
+    ax.semilogy(sci.years, sci.bandwidth, label=_("bandwidth (bytes/s)"))
+    ax.fill_between(sci.years, sci.bandwidth, sci.compute, alpha=0.15, color=IDLE)
+    ax.set_xlabel(_("years"))
+    ax.set_ylabel(_("relative to year 0"))
+    ax.set_title(_("after {years:g} years the gap is {gap:.0f}x").format(years=sci.years[-1], gap=sci.gap[-1]))
+    ax.legend()
     return ax

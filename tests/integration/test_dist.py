@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from milktea import QSGD, Cast, Chain, Identity, PowerSGD, Quantize, RandomK, Sign, TernGrad, TopK
-from milktea.distributed import WorkerError, default_threads, launch
+from milktea.distributed import WorkerError, launch
+from milktea.threads import per_rank
 
 import dist_workers as w  # noqa: E402  (workers import it by this name)
 
@@ -32,7 +33,7 @@ def test_launch_runs_every_rank_and_returns_results():
     out = launch(w.rank_sum, 2, results="all", timeout=120)
     assert [r["rank"] for r in out] == [0, 1]
     assert all(r["world"] == 2 and r["sum"] == 3.0 for r in out)
-    assert all(r["threads"] == default_threads(2) for r in out)
+    assert all(r["threads"] == per_rank(local_world=2) for r in out)
     assert not any(_alive(r["pid"]) for r in out)
 
 

@@ -3,7 +3,7 @@
 DistributedDataParallel keeps its gloo process group alive after the model is gone, so
 gloo's threads are still running when the interpreter tears down, and a few normal exits
 in twenty abort (SIGABRT, "terminate called without an active exception") after the work
-is done. milktea's entry points leave through `milktea.distributed.launch.end_process`.
+is done. milktea's entry points leave through `milktea.distributed.worker.end_process`.
 """
 import os
 import subprocess

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from milktea.compressors import TopK
-from milktea.simulate import seed_demo
+from milktea.experiments.ledger import seed_demo
 
 
 def numpy_reference(steps=60, n=1000, k=100, lr=0.1, seed=42):

@@ -100,9 +100,12 @@ def test_history_dense_bytes_and_serialisation():
     assert "digits" in text and "4 workers" in text and "accuracy" in text
     import matplotlib
     matplotlib.use("Agg")
-    ax = hist.plot()
-    hist.plot(ax=ax, x="bytes", metric="train loss")
+    from milktea.plots.training import curve
+    ax = curve(hist)
+    curve(hist, ax=ax, x="bytes", metric="train loss")
     assert len(ax.lines) == 2
+    with pytest.raises(ValueError, match="metric must be"):
+        curve(hist, metric="speed")
     with pytest.raises(KeyError, match="accuracy"):
         simulate(Quadratic(10), steps=2, **RUN).final("accuracy")
 

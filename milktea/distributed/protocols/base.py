@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from milktea.compressors.base import coder_state, load_coder_state
+from milktea.distributed.checkpoint import coder_state, load_coder_state
 from milktea.ledger import Ledger
 
 
