@@ -72,7 +72,7 @@ lint: setup
 # the .mo that ships in the package. tests/unit/test_i18n.py fails when one step was skipped.
 LOCALE := milktea/locale
 i18n: setup
-	$(BIN)/pybabel extract --no-location --sort-output -k N_ -o $(LOCALE)/milktea.pot milktea solutions
+	$(BIN)/pybabel extract --no-location --sort-output -k N_ -k lazy -o $(LOCALE)/milktea.pot milktea solutions
 	$(BIN)/pybabel update --ignore-obsolete -D milktea -i $(LOCALE)/milktea.pot -d $(LOCALE) -l zh_CN
 	$(BIN)/pybabel compile -D milktea -d $(LOCALE) -l zh_CN --statistics
 

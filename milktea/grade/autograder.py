@@ -22,6 +22,8 @@ import traceback
 
 from . import assignment as assignments_
 from . import isolation, report
+from .. import i18n
+from ..i18n import _
 from .evaluate import failed_all, grade_notebook
 from .limits import Limits
 from .notebook import atomic_write, notebook_language
@@ -68,13 +70,27 @@ def results(root: str, box=None) -> tuple[dict, str]:
     found = assignments_.find(os.path.join(source, "solutions"), chapters)
     hidden_files = check_hidden_dir(hidden, found)
     student = scan_folder(os.path.join(root, "submission"), chapters, chapters[0] if len(chapters) == 1 else None)
+    lang = _lang(student)
+    with i18n.speaking(lang):   # the feedback is written while grading, in the learner's language
+        out, trouble, seconds = _grade(student, chapters, found, config, hidden_files, limits, box)
+    record = {"student": "submission", "seed": config["seed"], "lang": lang, "results": [r.to_dict() for r in out]}
+    data = report.results_json("submission", record, {})
+    notes = data["extra_data"]["notes"]
+    data["output"] = "\n".join([data["output"]] + [f"note: {n}" for n in notes])
+    data["execution_time"] = seconds
+    data["extra_data"] = {"seed": config["seed"], "kinds": data["extra_data"]["kinds"]}
+    how = box.describe() if box.isolated else f"NOT ISOLATED (built with --trust-submissions): {box.why}"
+    return data, "\n".join([f"isolation: {how}", f"seed: {config['seed']}"] + [f"grader: {t}" for t in trouble])
+
+
+def _grade(student, chapters, found, config, hidden_files, limits, box):
     start, out, trouble = time.monotonic(), [], []
     for ch in chapters:
         prepared = prepare(found[ch], config["seed"], hidden_files.get(ch))
         sub = student.files.get(ch) or (student.files.get(None) if len(chapters) == 1 else None)
         if sub is None:
-            out.append(failed_all(prepared, "", "not_submitted", f"no notebook for {ch} was found in the submission "
-                                                                 f"(upload {ch}.ipynb)"))
+            out.append(failed_all(prepared, "", "not_submitted", _(
+                "no notebook for {name} was found in the submission (upload {name}.ipynb)").format(name=ch)))
         elif sub.nb is None:
             out.append(failed_all(prepared, sub.shown, "malformed", sub.error))
         else:
@@ -82,16 +98,8 @@ def results(root: str, box=None) -> tuple[dict, str]:
             trouble += res.grader_notes
             out.append(res)
     if out:
-        out[0].notes[:0] = student.notes
-    record = {"student": "submission", "seed": config["seed"], "lang": _lang(student),
-              "results": [r.to_dict() for r in out]}
-    data = report.results_json("submission", record, {})
-    notes = data["extra_data"]["notes"]
-    data["output"] = "\n".join([data["output"]] + [f"note: {n}" for n in notes])
-    data["execution_time"] = round(time.monotonic() - start, 2)
-    data["extra_data"] = {"seed": config["seed"], "kinds": data["extra_data"]["kinds"]}
-    how = box.describe() if box.isolated else f"NOT ISOLATED (built with --trust-submissions): {box.why}"
-    return data, "\n".join([f"isolation: {how}", f"seed: {config['seed']}"] + [f"grader: {t}" for t in trouble])
+        out[0].notes[:0] = [str(n) for n in student.notes]
+    return out, trouble, round(time.monotonic() - start, 2)
 
 
 def _lang(student) -> str:

@@ -14,6 +14,7 @@ import os
 import sys
 
 from .. import i18n
+from ..tables import display_width
 from ..i18n import _
 from .evaluate import WORDS, NotebookResult, grade_notebook
 from . import assignment, public_checks
@@ -32,7 +33,7 @@ def format_result(res: NotebookResult, hidden: bool = False, width: int = 60) ->
         score = f"{t.score:g}/{t.points:g}"
         word = WORDS.get(t.kind, t.kind)
         status = "" if not t.kind else f"  {_(word)}"
-        lines.append(f"  {head}{'.' * max(2, width - len(head))} {score:>7}{status}")
+        lines.append(f"  {head}{'.' * max(2, width - display_width(head))} {score:>7}{status}")   # CJK: 2 columns
         for msg in ([] if shared else t.lines):
             lines += ["       " + m for m in msg.split("\n")]
     if shared:

@@ -27,7 +27,28 @@ import sys
 import time
 import traceback
 
-BLOCK = "graded code may not "   # prefix of every refusal, so the parent can name it
+BLOCK = "[refused] "   # prefix of every refusal, so the parent can name it (never shown)
+# What the child says, as templates: English here, the learner's language from the job's "words"
+# (the parent fills them from its catalog: this file never imports milktea).
+WORDS = {
+    "where": "line {line} of {cell}, in {function}: {code}",
+    "where_cell": "line {line} of {cell}: {code}",
+    "read": "graded code may not read {path}: only its own temporary directory is open to it",
+    "write": "graded code may not write {path}: only its own temporary directory is open to it",
+    "list": "graded code may not list the directory {path}",
+    "change": "graded code may not change files outside its temporary directory ({event} {path})",
+    "import": "graded code may not import {name}: write the idea with numpy or torch yourself",
+    "process": "graded code may not start other processes (subprocess)",
+    "signal": "graded code may not send signals to other processes",
+    "native": "graded code may not load the native library {path}",
+    "event": "graded code may not do this: {event}",
+    "deep": "the result is nested too deeply",
+    "scalar": "a numpy {dtype} scalar cannot be graded",
+    "dtype": "an array of dtype {dtype} cannot be graded (use a number dtype)",
+    "keys": "a dict with non-string keys cannot be graded",
+    "type": "a value of type {type} cannot be graded: return numbers, numpy arrays, lists or tuples",
+    "size": "the result is {size} bytes of data; at most {limit} are accepted",
+}
 ARRAY_DTYPES = ("|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8", "<f2", "<f4", "<f8")
 MAX_DEPTH = 16
 
@@ -38,7 +59,7 @@ def encode(value, depth=0):
     """Python/numpy/torch value -> JSON-able data. Raises TypeError for anything else."""
     import numpy as np
     if depth > MAX_DEPTH:
-        raise TypeError("the result is nested too deeply")
+        raise TypeError(WORDS["deep"])
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, int):
@@ -48,7 +69,7 @@ def encode(value, depth=0):
     if isinstance(value, np.generic):
         if value.dtype.kind in "biuf":
             return encode(value.item(), depth)
-        raise TypeError(f"a numpy {value.dtype} scalar cannot be graded")
+        raise TypeError(WORDS["scalar"].format(dtype=value.dtype))
     mod = type(value).__module__ or ""
     if mod.startswith("torch") and hasattr(value, "detach"):   # a torch.Tensor
         t = value.detach().cpu()
@@ -59,7 +80,7 @@ def encode(value, depth=0):
         arr = np.array(value, order="C", copy=True)   # keeps 0-d arrays 0-d
         dt = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
         if dt.str not in ARRAY_DTYPES:
-            raise TypeError(f"an array of dtype {arr.dtype} cannot be graded (use a number dtype)")
+            raise TypeError(WORDS["dtype"].format(dtype=arr.dtype))
         arr = arr.astype(dt, copy=False)
         return {"__nd__": [dt.str, list(arr.shape), base64.b64encode(arr.tobytes()).decode("ascii")]}
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -68,10 +89,9 @@ def encode(value, depth=0):
         return [encode(v, depth + 1) for v in value]
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
-            raise TypeError("a dict with non-string keys cannot be graded")
+            raise TypeError(WORDS["keys"])
         return {"__map__": {k: encode(v, depth + 1) for k, v in value.items()}}
-    raise TypeError(f"a value of type {type(value).__name__} cannot be graded: return numbers, "
-                    "numpy arrays, lists or tuples")
+    raise TypeError(WORDS["type"].format(type=type(value).__name__))
 
 
 def decode(data, depth=0, budget=None):
@@ -186,8 +206,10 @@ def install_hook(tmp, deny):
             return False
         return any_(p == r or p.startswith(r + "/") for r in roots)
 
-    def refuse(what):
-        raise refusal(BLOCK + what)
+    words = dict(WORDS)   # bound now: a cell that edits WORDS changes nothing here
+
+    def refuse(what, **values):
+        raise refusal(BLOCK + words[what].format(**values))
 
     def hook(event, args):
         if event == "open":
@@ -197,29 +219,28 @@ def install_hook(tmp, deny):
             writing = (isinstance_(mode, str_) and any_(c in mode for c in "wax+")) or (
                 isinstance_(flags, int_) and flags & wflags)
             if not inside(path, writes if writing else reads):
-                refuse(f"{'write' if writing else 'read'} {fspath(path)!r}: only its own "
-                       "temporary directory is open to it")
+                refuse("write" if writing else "read", path=repr(fspath(path)))
         elif event in ("os.listdir", "os.scandir"):
             if args and args[0] is not None and not isinstance_(args[0], int_) and not inside(args[0], reads):
-                refuse(f"list the directory {args[0]!r}")
+                refuse("list", path=repr(args[0]))
         elif event in path_events:
             for a in args:
                 if isinstance_(a, (str_, bytes_, pathlike)) and not inside(a, writes):
-                    refuse(f"change files outside its temporary directory ({event} {a!r})")
+                    refuse("change", event=event, path=repr(a))
         elif event == "import":
             name = args[0]
             if name == "milktea" or name.startswith("milktea."):
-                refuse(f"import {name}: write the idea with numpy or torch yourself")
+                refuse("import", name=name)
             if name.rpartition(".")[2] == "_posixsubprocess":   # "x._posixsubprocess" loads the same C module
-                refuse("start other processes (subprocess)")
+                refuse("process")
         elif event == "os.kill":
             if args[0] != getpid():
-                refuse("send signals to other processes")
+                refuse("signal")
         elif event == "ctypes.dlopen":
             if not (isinstance_(args[0], str_) and args[0].startswith("/") and inside(args[0], reads)):
-                refuse(f"load the native library {args[0]!r}")
+                refuse("native", path=repr(args[0]))
         elif event in proc_events or event.startswith("socket."):
-            refuse(f"do this: {event}")
+            refuse("event", event=event)
 
     sys.addaudithook(hook)
 
@@ -272,12 +293,14 @@ def describe_error(exc, cell_names):
     where = ""
     try:
         if isinstance(exc, SyntaxError) and exc.filename in cell_names:
-            where = f"line {exc.lineno} of {cell_names[exc.filename]}: {(exc.text or '').strip()}"
+            where = WORDS["where_cell"].format(line=exc.lineno, cell=cell_names[exc.filename],
+                                               code=(exc.text or "").strip())
         else:
             frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in cell_names]
             if frames:
                 f = frames[-1]
-                where = f"line {f.lineno} of {cell_names[f.filename]}, in {f.name}: {(f.line or '').strip()}"
+                where = WORDS["where"].format(line=f.lineno, cell=cell_names[f.filename], function=f.name,
+                                              code=(f.line or "").strip())
         msg = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     except BaseException:   # a hostile __str__ must not take the runner down
         msg = f"{type(exc).__name__}"
@@ -333,7 +356,7 @@ def run_tasks(tasks, ns, snap, send, cell_names, max_output):
                 out = encode(value)
                 size = len(dumps(out, allow_nan=False))
                 if size > max_output:
-                    raise TypeError(f"the result is {size} bytes of data; at most {max_output} are accepted")
+                    raise TypeError(WORDS["size"].format(size=size, limit=max_output))
                 send(ev="result", task=task["id"], i=i, ok=True, value=out, seconds=seconds)
             except BaseException as exc:
                 send(ev="result", task=task["id"], i=i, ok=False, kind="bad_output",
@@ -355,6 +378,9 @@ def main():
 
     job = json.loads(stdin.readline())
     lim = job["limits"]
+    words = job.get("words")
+    if isinstance(words, dict):   # the learner's language, from the parent's catalog
+        WORDS.update({k: v for k, v in words.items() if k in WORDS and isinstance(v, str)})
     import numpy  # noqa: F401  (every exercise uses it; imported before the limits, hook and snapshot)
     if job.get("torch"):
         import torch  # noqa: F401

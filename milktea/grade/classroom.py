@@ -36,6 +36,7 @@ from .notebook import atomic_write, notebook_language
 from .prepare import SetupError, check_hidden_dir, fingerprint, prepare
 from .records import safe_name
 from .submissions import Student, find_submissions as _find
+from .text import key as text_key, lazy
 
 __all__ = ["grade_class", "find_submissions", "refusal", "safe_name"]
 
@@ -67,7 +68,8 @@ def _by_roster(found: dict, roster) -> tuple[dict, dict]:
         merged = out.setdefault(sid, Student(sid))
         for ch, sub in st.files.items():
             if ch in merged.files:
-                merged.note(f"{sub.shown}: a second file for {ch} (from {name}), ignored")
+                merged.note(lazy("{path}: a second file for {name} (from {student}), ignored", path=sub.shown,
+                                 name=ch, student=name))
             else:
                 merged.files[ch] = sub
         for n in st.notes:
@@ -119,7 +121,7 @@ def _grade_student(st, chapters, prepared, limits, deny, sandbox) -> list:
             results.append(failed_all(prepared[ch], "", "not_submitted",
                                       _("{name} was not submitted").format(name=f"{ch}.ipynb")))
     if results:
-        results[0].notes[:0] = st.notes
+        results[0].notes[:0] = [str(n) for n in st.notes]   # said now, in the learner's language
     return results
 
 
@@ -192,7 +194,7 @@ def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden
     kept, todo = {}, []
     for name, st in found.items():
         key = hashlib.sha256((config + json.dumps(sorted((c or "", s.digest) for c, s in st.files.items()))
-                              + json.dumps(st.notes)).encode()).hexdigest()
+                              + json.dumps([text_key(n) for n in st.notes])).encode()).hexdigest()
         old = records.load(out, name, secret, key)
         if old is not None:
             kept[name] = old

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from .. import i18n
 from ..i18n import N_, _
 from . import sandbox
+from .child import BLOCK
 from .notebook import NotebookError, graded_cells, read_notebook
 from .prepare import Prepared
 from .public_checks import Hashed, compare_hashed
@@ -110,7 +111,7 @@ def failed_all(chapter: Prepared, path: str, kind: str, message: str) -> Noteboo
     for p in chapter.tasks:
         res.tasks.append(TaskResult(p.task.id, p.task.function, chapter.title(p.task.id, i18n.language()), p.task.points,
                                     total=len(p.cases), public_total=p.public, kind=kind, public_kind=kind,
-                                    lines=[message], visibility=p.task.visibility))
+                                    lines=[str(message)], visibility=p.task.visibility))
     return res
 
 
@@ -133,7 +134,7 @@ def grade_notebook(path: str, chapter: Prepared, limits: sandbox.Limits = sandbo
                           "or is this the right notebook?")
     jobs = [sandbox.TaskJob(p.task.id, p.task.function, p.encoded[:p.public], p.encoded[p.public:], p.task.harness)
             for p in chapter.tasks]
-    run = sandbox.run(cells, jobs, limits, deny, sandbox=box)
+    run = sandbox.run(cells, jobs, limits, deny, sandbox=box, words=child_words())
     res = NotebookResult(chapter.name, path, notes=list(notes), output=run.output, seconds=run.seconds,
                          grader_notes=list(run.notes))
     labels = {c.key: c.label for c in cells}
@@ -145,10 +146,33 @@ def grade_notebook(path: str, chapter: Prepared, limits: sandbox.Limits = sandbo
     return res
 
 
+def child_words() -> dict:
+    """What the child says (child.WORDS), in the language being spoken now."""
+    return {
+        "where": _("line {line} of {cell}, in {function}: {code}"),
+        "where_cell": _("line {line} of {cell}: {code}"),
+        "read": _("graded code may not read {path}: only its own temporary directory is open to it"),
+        "write": _("graded code may not write {path}: only its own temporary directory is open to it"),
+        "list": _("graded code may not list the directory {path}"),
+        "change": _("graded code may not change files outside its temporary directory ({event} {path})"),
+        "import": _("graded code may not import {name}: write the idea with numpy or torch yourself"),
+        "process": _("graded code may not start other processes (subprocess)"),
+        "signal": _("graded code may not send signals to other processes"),
+        "native": _("graded code may not load the native library {path}"),
+        "event": _("graded code may not do this: {event}"),
+        "deep": _("the result is nested too deeply"),
+        "scalar": _("a numpy {dtype} scalar cannot be graded"),
+        "dtype": _("an array of dtype {dtype} cannot be graded (use a number dtype)"),
+        "keys": _("a dict with non-string keys cannot be graded"),
+        "type": _("a value of type {type} cannot be graded: return numbers, numpy arrays, lists or tuples"),
+        "size": _("the result is {size} bytes of data; at most {limit} are accepted"),
+    }
+
+
 def _error_text(err: dict, limits) -> str:
     text = err["message"]
     if err["kind"] == "timeout":
-        text += " (an endless loop at the top level of the cell?)"
+        text += _(" (an endless loop at the top level of the cell?)")
     return text + (f" ({err['where']})" if err.get("where") else "")
 
 
@@ -188,7 +212,7 @@ def _cases_result(r, p, run, cell_key, cell_err, labels, limits) -> TaskResult:
     outcomes = run.outcomes.get(t.id, [])
     hidden_failed, shown, more, repeats, skipped, seen = 0, 0, 0, 0, 0, set()
     for i, case in enumerate(p.cases):
-        o = outcomes[i] if i < len(outcomes) else sandbox.Outcome(False, kind="crash", message="was not run")
+        o = outcomes[i] if i < len(outcomes) else sandbox.Outcome(False, kind="crash", message=_("was not run"))
         problem = _compare(t, p.expected[i], o.value, case.args) if o.ok else None
         if o.ok and problem is None:
             r.passed += 1
@@ -246,18 +270,18 @@ def _compare(t, expected, got, args):
 
 def _case_text(t, case, problem, o, limits) -> str:
     call = call_text(t.function, t.params, case)
-    head = _("case '{label}': {call}").format(label=case.label, call=call)
+    head = _("case '{label}': {call}").format(label=_(case.label), call=call)
     at = _("\n    at {where}").format(where=o.where) if o.where else ""
     if o.ok:
         return f"{head}\n    {problem}"
     if o.kind == "timeout":
-        return _("{head}\n    did not finish within {task_seconds:g} s (an endless loop, or far too slow?)").format(head=head, task_seconds=limits.task_seconds)
+        return _("{head}\n    {message} (an endless loop, or far too slow?)").format(head=head, message=o.message)
     if o.kind == "memory":
         return _("{head}\n    ran out of memory (the limit is {memory_mb} MB){at}").format(head=head, memory_mb=limits.memory_mb, at=at)
     if o.kind == "exit":
         return _("{head}\n    called exit()/sys.exit() ({message}): return a value instead{at}").format(head=head, message=o.message, at=at)
     if o.kind == "blocked":
-        return _("{head}\n    was refused: {v}{at}").format(head=head, v=o.message.split(': ', 1)[-1], at=at)
+        return _("{head}\n    was refused: {v}{at}").format(head=head, v=o.message.split(BLOCK, 1)[-1], at=at)
     if o.kind == "crash":
         return _("{head}\n    the Python process running your code {message}").format(head=head, message=o.message)
     if o.kind == "bad_output":

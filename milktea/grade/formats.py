@@ -20,6 +20,7 @@ import zipfile
 from dataclasses import dataclass
 
 from .notebook import MAX_CODE_BYTES, MAX_FILE_BYTES, NotebookError, parse_notebook
+from .text import lazy
 
 SUFFIXES = (".ipynb", ".py")          # files that are graded; .zip files are opened
 MAX_MEMBERS = 2000                    # names looked at in one zip
@@ -33,18 +34,19 @@ class Submission:
     shown: str                  # student-relative path, printable
     digest: str                 # sha256 of the bytes read
     nb: dict | None = None      # parsed, outputs dropped; None when unreadable
-    error: str = ""             # why it could not be read
-    note: str = ""              # how it was read, when that is worth saying (a .py file)
+    error: object = ""          # why it could not be read (text, or a text.Lazy said in the learner's language)
+    note: object = ""           # how it was read, when that is worth saying (a .py file)
 
 
 def notebook_from_python(raw: bytes, name: str = "file.py") -> dict:
     """A .py file as a notebook: one code cell, or one per Jupytext `# %%` marker."""
     if len(raw) > MAX_CODE_BYTES:
-        raise NotebookError(f"{name} holds {len(raw) >> 10} KB of code, over the {MAX_CODE_BYTES >> 10} KB limit")
+        raise NotebookError(lazy("{name} holds {size} KB of code, over the {limit} KB limit", name=name,
+                                 size=len(raw) >> 10, limit=MAX_CODE_BYTES >> 10))
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise NotebookError(f"{name} is not UTF-8 text: save it as UTF-8") from None
+        raise NotebookError(lazy("{name} is not UTF-8 text: save it as UTF-8", name=name)) from None
     cells, source, meta, kind = [], [], {}, "code"
 
     def close():
@@ -78,10 +80,10 @@ def submission(raw: bytes, rel: str) -> Submission:
     try:
         if rel.endswith(".py"):
             return Submission(rel, digest, nb=notebook_from_python(raw, rel),
-                              note=f"{rel}: a Python file, graded like a notebook whose cells it holds")
+                              note=lazy("{path}: a Python file, graded like a notebook whose cells it holds", path=rel))
         return Submission(rel, digest, nb=parse_notebook(raw, rel))
     except NotebookError as e:
-        return Submission(rel, digest, error=str(e))
+        return Submission(rel, digest, error=e.args[0])
 
 
 def zip_members(raw: bytes, rel: str) -> tuple[list, list]:
@@ -92,9 +94,10 @@ def zip_members(raw: bytes, rel: str) -> tuple[list, list]:
         z = zipfile.ZipFile(io.BytesIO(raw))
         infos = z.infolist()
     except (zipfile.BadZipFile, ValueError, EOFError, OSError) as e:
-        return [], [f"{rel}: not a zip file that can be read ({type(e).__name__}): nothing in it was graded"]
+        return [], [lazy("{path}: not a zip file that can be read ({why}): nothing in it was graded", path=rel,
+                         why=type(e).__name__)]
     if len(infos) > MAX_MEMBERS:
-        notes.append(f"{rel}: more than {MAX_MEMBERS} files inside; only the first were looked at")
+        notes.append(lazy("{path}: more than {n} files inside; only the first were looked at", path=rel, n=MAX_MEMBERS))
         infos = infos[:MAX_MEMBERS]
     budget, skipped = MAX_ZIP_BYTES, []
     for info in infos:
@@ -106,20 +109,22 @@ def zip_members(raw: bytes, rel: str) -> tuple[list, list]:
             skipped.append(base)
             continue
         if info.file_size > min(budget, MAX_FILE_BYTES):
-            notes.append(f"{rel}/{name}: {info.file_size >> 20} MB once unpacked, over the limit: not graded")
+            notes.append(lazy("{path}: {size} MB once unpacked, over the limit: not graded", path=f"{rel}/{name}",
+                              size=info.file_size >> 20))
             continue
         try:
             with z.open(info) as f:
                 data = f.read(min(budget, MAX_FILE_BYTES) + 1)
         except (zipfile.BadZipFile, RuntimeError, NotImplementedError, ValueError, OSError, EOFError) as e:
-            notes.append(f"{rel}/{name}: could not be unpacked ({type(e).__name__}; encrypted?): not graded")
+            notes.append(lazy("{path}: could not be unpacked ({why}; encrypted?): not graded", path=f"{rel}/{name}",
+                              why=type(e).__name__))
             continue
         if len(data) > min(budget, MAX_FILE_BYTES):
-            notes.append(f"{rel}/{name}: larger once unpacked than its header says: not graded")
+            notes.append(lazy("{path}: larger once unpacked than its header says: not graded", path=f"{rel}/{name}"))
             continue
         budget -= len(data)
         out.append((f"{rel}/{name}", data))
     if skipped:
-        notes.append(f"{rel}: ignored {', '.join(sorted(skipped)[:5])}{' ...' if len(skipped) > 5 else ''} "
-                     "(only .ipynb and .py files are graded)")
+        notes.append(lazy("{path}: ignored {names} (only .ipynb and .py files are graded)", path=rel,
+                          names=", ".join(sorted(skipped)[:5]) + (" ..." if len(skipped) > 5 else "")))
     return out, notes

@@ -11,7 +11,9 @@ import json
 import os
 import re
 
+from ..i18n import _
 from .protocol import Cell
+from .text import lazy
 
 MAX_FILE_BYTES = 64 << 20   # a notebook file as submitted, stored outputs (plots) included
 MAX_CODE_BYTES = 2 << 20    # the source of all its cells, once the outputs are dropped
@@ -31,12 +33,13 @@ def read_notebook(path: str, strip: bool = False) -> dict:
     try:
         size = os.path.getsize(path)
         if size > MAX_FILE_BYTES:
-            raise NotebookError(f"{name} is {size >> 20} MB, over the {MAX_FILE_BYTES >> 20} MB limit: "
-                                "clear its outputs (Edit > Clear All Outputs) and save")
+            raise NotebookError(lazy("{name} is {size} MB, over the {limit} MB limit: clear its outputs "
+                                     "(Edit > Clear All Outputs) and save", name=name, size=size >> 20,
+                                     limit=MAX_FILE_BYTES >> 20))
         with open(path, "rb") as f:
             raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
-        raise NotebookError(f"{name} could not be read: {e.strerror or e}") from None
+        raise NotebookError(lazy("{name} could not be read: {why}", name=name, why=e.strerror or e)) from None
     return parse_notebook(raw, name, strip)
 
 
@@ -45,20 +48,23 @@ def parse_notebook(raw: bytes, name: str, strip: bool = True) -> dict:
     limit, never their stored outputs (dropped when `strip`): a notebook full of plots is
     graded like a clean one."""
     if len(raw) > MAX_FILE_BYTES:
-        raise NotebookError(f"{name} is over the {MAX_FILE_BYTES >> 20} MB limit: clear its outputs and save")
+        raise NotebookError(lazy("{name} is over the {limit} MB limit: clear its outputs and save", name=name,
+                                 limit=MAX_FILE_BYTES >> 20))
     try:
         nb = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
-        raise NotebookError(f"{name} is not a notebook (not valid JSON): was it saved from Jupyter?") from None
+        raise NotebookError(lazy("{name} is not a notebook (not valid JSON): was it saved from Jupyter?",
+                                 name=name)) from None
     del raw
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
-        raise NotebookError(f"{name} has no list of cells: it is not a Jupyter notebook")
+        raise NotebookError(lazy("{name} has no list of cells: it is not a Jupyter notebook", name=name))
     if len(nb["cells"]) > MAX_CELLS:
-        raise NotebookError(f"{name} has {len(nb['cells'])} cells; at most {MAX_CELLS} are read")
+        raise NotebookError(lazy("{name} has {n} cells; at most {limit} are read", name=name, n=len(nb["cells"]),
+                                 limit=MAX_CELLS))
     code = 0
     for i, cell in enumerate(nb["cells"]):
         if not isinstance(cell, dict) or not isinstance(cell.get("cell_type"), str):
-            raise NotebookError(f"{name}: cell {i + 1} is malformed")
+            raise NotebookError(lazy("{name}: cell {n} is malformed", name=name, n=i + 1))
         if strip:
             cell.pop("outputs", None)
             cell.pop("attachments", None)
@@ -66,13 +72,13 @@ def parse_notebook(raw: bytes, name: str, strip: bool = True) -> dict:
         if isinstance(src, list) and all(isinstance(s, str) for s in src):
             cell["source"] = "".join(src)
         elif not isinstance(src, str):
-            raise NotebookError(f"{name}: cell {i + 1} has no readable source")
+            raise NotebookError(lazy("{name}: cell {n} has no readable source", name=name, n=i + 1))
         code += len(cell["source"])
         if not isinstance(cell.get("metadata", {}), dict):
             cell["metadata"] = {}
     if code > MAX_CODE_BYTES:
-        raise NotebookError(f"{name} holds {code >> 10} KB of text in its cells, over the "
-                            f"{MAX_CODE_BYTES >> 10} KB limit")
+        raise NotebookError(lazy("{name} holds {size} KB of text in its cells, over the {limit} KB limit",
+                                 name=name, size=code >> 10, limit=MAX_CODE_BYTES >> 10))
     if not isinstance(nb.get("metadata", {}), dict):
         nb["metadata"] = {}
     return nb
@@ -172,7 +178,8 @@ def graded_cells(nb: dict, tasks) -> tuple[list, dict, list]:
             if extra > MAX_EXTRA_GRADED:
                 continue
         key = f"c{i}"
-        label = f"the cell of task {', '.join(ids)}" if ids else f"graded code cell {i + 1}"
+        label = (_("the cell of task {id}").format(id=", ".join(ids)) if ids else
+                 _("graded code cell {n}").format(n=i + 1))
         cells.append(Cell(key, label, cell["source"]))
         for t in ids:
             where[t] = key
@@ -185,13 +192,14 @@ def graded_cells(nb: dict, tasks) -> tuple[list, dict, list]:
             i = found[-1]
             key = f"c{i}"
             if key not in {c.key for c in cells}:
-                cells.append(Cell(key, f"code cell {i + 1} (untagged, defines {task.function})", code[i]["source"]))
+                cells.append(Cell(key, _("code cell {n} (untagged, defines {function})").format(
+                    n=i + 1, function=task.function), code[i]["source"]))
             where[task.id] = key
-            notes.append(f"task {task.id}: no cell tagged 'task:{task.id}', so the untagged code cell "
-                         f"{i + 1} that defines {task.function} was used")
+            notes.append(_("task {id}: no cell tagged 'task:{id}', so the untagged code cell {n} that defines "
+                           "{function} was used").format(id=task.id, n=i + 1, function=task.function))
     if extra > MAX_EXTRA_GRADED:
-        notes.append(f"{extra} code cells are tagged 'graded' without a task of this exercise; the first "
-                     f"{MAX_EXTRA_GRADED} ran, the other {extra - MAX_EXTRA_GRADED} did not")
+        notes.append(_("{n} code cells are tagged 'graded' without a task of this exercise; the first {ran} ran, "
+                       "the other {rest} did not").format(n=extra, ran=MAX_EXTRA_GRADED, rest=extra - MAX_EXTRA_GRADED))
     order = {f"c{i}": i for i in range(len(code))}
     cells.sort(key=lambda c: order[c.key])
     return cells, where, notes

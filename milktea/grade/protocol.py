@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from ..i18n import _
 from .child import decode
 
 HIDDEN = "#hidden"    # suffix of the part of a task that holds its hidden cases
@@ -93,7 +94,7 @@ def sequence(cells, public, hidden) -> list:
     return seq + _task_seq(public) + [("hidden",)] + _task_seq(hidden) + [("done",)]
 
 
-def _reject(*_):
+def _reject(*args):
     raise ValueError("not plain JSON")
 
 
@@ -106,7 +107,7 @@ def accept(line: bytes, seq: list, pos: int, run: Run) -> tuple[int, bool]:
         got = (name,) + tuple(ev[k] for k in ("key", "task", "i") if k in ev)
         hash(got)
     except (ValueError, KeyError, TypeError, RecursionError):
-        raise Broken("protocol", "wrote something that is not a grader message on the result channel") from None
+        raise Broken("protocol", _("wrote something that is not a grader message on the result channel")) from None
     want = seq[pos]
     if name == "missing" and want[0] == "case" and want[1:] == (ev.get("task"), 0):
         task = want[1].removesuffix(HIDDEN)
@@ -114,12 +115,13 @@ def accept(line: bytes, seq: list, pos: int, run: Run) -> tuple[int, bool]:
         run.outcomes.setdefault(task, [])
         return seq.index(("task_done", want[1]), pos), True
     if got != want:
-        raise Broken("protocol", f"sent {clean_text(str(name), 40)!r} out of order on the result channel")
+        raise Broken("protocol", _("sent {name} out of order on the result channel").format(
+            name=repr(clean_text(str(name), 40))))
     if name == "cell_done":
         if ev.get("error") is not None:
             err = ev["error"]
             if not (isinstance(err, dict) and all(isinstance(err.get(k), str) for k in ("kind", "message", "where"))):
-                raise Broken("protocol", "sent a malformed cell report")
+                raise Broken("protocol", _("sent a malformed cell report"))
             run.cell_errors[ev["key"]] = {"kind": clean_text(err["kind"], 40), "message": clean_text(err["message"], 2000),
                                           "where": clean_text(err["where"], 500)}
     elif name == "result":
@@ -136,9 +138,9 @@ def outcome(ev) -> Outcome:
         try:
             return Outcome(True, decode(ev.get("value")), seconds=seconds)
         except (ValueError, TypeError, RecursionError):
-            return Outcome(False, kind="protocol", message="its result could not be read back", seconds=seconds)
+            return Outcome(False, kind="protocol", message=_("its result could not be read back"), seconds=seconds)
     fields = [ev.get(k) for k in ("kind", "message", "where")]
     if not all(isinstance(f, str) for f in fields):
-        return Outcome(False, kind="protocol", message="sent a malformed failure report")
+        return Outcome(False, kind="protocol", message=_("sent a malformed failure report"))
     return Outcome(False, kind=clean_text(fields[0], 40), message=clean_text(fields[1], 2000),
                    where=clean_text(fields[2], 500), seconds=seconds)

@@ -82,7 +82,8 @@ def feedback(student: str, record: dict, stage: str, overrides: dict) -> str:
         shown = [view(r, stage, overrides) for r in results_of(record)]
         for res in shown:
             name = os.path.basename(res.path) or f"{res.chapter}.ipynb"
-            parts += [f"{name}: {res.score:g} / {res.points:g}", format_result(res), ""]
+            parts += [_("{name}: {score:g} / {points:g}").format(name=name, score=res.score, points=res.points),
+                      format_result(res), ""]
         total, points = sum(r.score for r in shown), sum(r.points for r in shown)
         later = sum(t.points for r in results_of(record) for t in r.tasks) - points
         parts.append(_("Total: {total:g} / {points:g} (public and hidden tests)").format(total=total, points=points))

@@ -24,6 +24,7 @@ import subprocess
 import time
 
 from . import spawn
+from ..i18n import _
 from .limits import Limits
 from .protocol import HIDDEN, Broken, Cell, Outcome, Run, TaskJob, accept, clean_text, sequence
 
@@ -31,13 +32,14 @@ __all__ = ["Limits", "Cell", "TaskJob", "Outcome", "Run", "run", "clean_text", "
 POLL = 0.1   # seconds between two readings of the child's CPU time
 
 
-def _job(cells, public, limits: Limits, deny, torch: bool, audit: bool, cpu_left: float, isolated: bool) -> bytes:
+def _job(cells, public, limits: Limits, deny, torch: bool, audit: bool, cpu_left: float, isolated: bool,
+         words: dict | None) -> bytes:
     limits_json = {"memory_bytes": limits.memory_mb << 20, "file_bytes": limits.file_mb << 20,
                    # the kernel's own stop, on top of the parent's clocks: all the CPU left, plus start-up
                    "cpu_seconds": math.ceil(cpu_left + limits.startup_seconds),
                    "max_output": limits.max_output, "processes": limits.processes if isolated else None}
     job = {"limits": limits_json, "deny": list(deny), "torch": torch, "audit": audit,
-           "cells": [c.__dict__ for c in cells], "tasks": [t.to_json() for t in public]}
+           "cells": [c.__dict__ for c in cells], "tasks": [t.to_json() for t in public], "words": words or {}}
     return (json.dumps(job) + "\n").encode()
 
 
@@ -72,24 +74,25 @@ class _Clocks:
             self.next_read = now + POLL
             cpu = self.child.cpu_seconds()
             if cpu - self.cpu_mark > lim.task_seconds:
-                raise Broken("timeout", f"did not finish within {lim.task_seconds:g} s of CPU time")
+                raise Broken("timeout", _("did not finish within {seconds:g} s of CPU time").format(
+                    seconds=lim.task_seconds))
             if self.cpu_ready is not None and cpu - self.cpu_ready > self.budget["cpu"]:
-                raise Broken("budget", f"the submission used its whole time budget ({lim.submission_seconds:g} s "
-                                       "of CPU time)")
+                raise Broken("budget", _("the submission used its whole time budget ({seconds:g} s of CPU time)")
+                             .format(seconds=lim.submission_seconds))
         end = self.wall_end if starting else min(self.wall_end, self.budget["wall_end"])
         if end <= now:
             if starting:
-                raise Broken("crash", f"Python did not start within {lim.startup_seconds:g} s")
+                raise Broken("crash", _("Python did not start within {seconds:g} s").format(seconds=lim.startup_seconds))
             if self.budget["wall_end"] <= self.wall_end:
-                raise Broken("budget", f"the submission used its whole time budget "
-                                       f"({lim.wall(lim.submission_seconds):g} s of wall-clock time)")
-            raise Broken("timeout", f"did not finish within {lim.wall(lim.task_seconds):g} s of wall-clock time "
-                                    "(it waited rather than computed)")
+                raise Broken("budget", _("the submission used its whole time budget ({seconds:g} s of wall-clock "
+                                         "time)").format(seconds=lim.wall(lim.submission_seconds)))
+            raise Broken("timeout", _("did not finish within {seconds:g} s of wall-clock time (it waited rather "
+                                      "than computed)").format(seconds=lim.wall(lim.task_seconds)))
         return end - now if starting else min(end - now, POLL)
 
 
 def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget: dict, run: Run,
-               sandbox, audit: bool = True):
+               sandbox, audit: bool = True, words: dict | None = None):
     """Run one child until it finishes or breaks. Returns None, or (position, kind, message)
     where position is the sequence entry the child had not reached. `budget`: {"cpu": CPU
     seconds left to the submission, "wall_end": its wall-clock end}."""
@@ -98,7 +101,7 @@ def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget:
     except spawn.StartError as e:
         return ("ready",), "crash", str(e)
     isolated = sandbox is not None and sandbox.isolated
-    child.send(_job(cells, public, limits, deny, torch, audit, max(1.0, budget["cpu"]), isolated))
+    child.send(_job(cells, public, limits, deny, torch, audit, max(1.0, budget["cpu"]), isolated, words))
     later = (json.dumps({"tasks": [t.to_json() for t in hidden]}) + "\n").encode()
     run.children += 1
     seq, pos = sequence(cells, public, hidden), 0
@@ -110,7 +113,7 @@ def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget:
     failure = None
     try:
         while pos < len(seq):
-            for key, _ in sel.select(clocks.wait(pos == 0)):
+            for key, _events in sel.select(clocks.wait(pos == 0)):
                 if key.data == "output":
                     try:
                         chunk = os.read(key.fd, 65536)
@@ -127,13 +130,13 @@ def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget:
                     try:
                         child.proc.wait(timeout=1)
                     except subprocess.TimeoutExpired:
-                        raise Broken("protocol", "closed the grader's result channel") from None
+                        raise Broken("protocol", _("closed the grader's result channel")) from None
                     raise Broken(*spawn.exit_words(child.proc.returncode, limits, child.bwrap_exit))
                 buf += chunk
                 if len(buf) > limits.max_output + (1 << 20) and b"\n" not in buf:
-                    raise Broken("bad_output", "sent a result larger than the limit")
+                    raise Broken("bad_output", _("sent a result larger than the limit"))
                 while b"\n" in buf and pos < len(seq):
-                    line, _, rest = bytes(buf).partition(b"\n")
+                    line, _newline, rest = bytes(buf).partition(b"\n")
                     buf = bytearray(rest)
                     pos, fresh = accept(line, seq, pos, run)
                     if pos == 1:
@@ -150,17 +153,18 @@ def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget:
         # after "done" the child must only exit: anything more on the channel is charged
         end = time.monotonic() + 2.0
         while not buf.strip():
-            ready, _, _ = select.select([child.results], [], [], max(0.0, end - time.monotonic()))
+            ready = select.select([child.results], [], [], max(0.0, end - time.monotonic()))[0]
             chunk = os.read(child.results, 65536) if ready else b""
             if not chunk:
                 break
             buf += chunk
         if buf.strip():
-            raise Broken("protocol", "wrote to the grader's result channel after grading ended")
+            raise Broken("protocol", _("wrote to the grader's result channel after grading ended"))
     except Broken as b:
         failure = (seq[pos] if pos < len(seq) else ("after",), b.kind, b.message)
     except (OSError, subprocess.SubprocessError, ValueError) as e:
-        failure = (seq[pos] if pos < len(seq) else ("after",), "crash", f"broke the connection to the grader ({e})")
+        failure = (seq[pos] if pos < len(seq) else ("after",), "crash",
+                   _("broke the connection to the grader ({why})").format(why=type(e).__name__))
     finally:
         used = clocks.used()
         budget["cpu"] -= used
@@ -174,11 +178,12 @@ def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget:
 
 
 def run(cells: list[Cell], tasks: list[TaskJob], limits: Limits = Limits(), deny=(), torch=None,
-        sandbox=None, audit: bool = True) -> Run:
+        sandbox=None, audit: bool = True, words: dict | None = None) -> Run:
     """Grade-time execution of one submission: every task gets an outcome per case (public
     cases first, then hidden ones). `sandbox`: an isolation.Sandbox, or None for a plain
     limited child (a learner's own machine). `audit=False` leaves out the audit hook, to
-    test what the sandbox alone holds."""
+    test what the sandbox alone holds. `words`: what the child says, in the learner's language
+    (evaluate.child_words)."""
     if os.name != "posix":
         raise OSError("grading runs student code in a limited child process, which needs Linux or macOS "
                       "(on Windows, use WSL)")
@@ -192,7 +197,7 @@ def run(cells: list[Cell], tasks: list[TaskJob], limits: Limits = Limits(), deny
     public = [TaskJob(t.id, t.function, t.cases, harness=t.harness) for t in tasks]
     hidden = [TaskJob(t.id + HIDDEN, t.function, t.hidden, harness=t.harness) for t in tasks if t.hidden]
     while public or hidden:
-        failure = _one_child(cells, public, hidden, limits, deny, torch, budget, result, sandbox, audit)
+        failure = _one_child(cells, public, hidden, limits, deny, torch, budget, result, sandbox, audit, words)
         public = [t for t in public if not _finished(result, t, counts)]
         hidden = [t for t in hidden if not _finished(result, t, counts)]
         if failure is None:
@@ -238,7 +243,7 @@ def _fail_rest(result: Run, part: TaskJob, kind: str, message: str, public: dict
     if i < want:
         got.append(Outcome(False, kind=kind, message=message))
     while len(got) < want:
-        got.append(Outcome(False, kind="skipped", message=f"not run: case {i + 1} did not finish"))
+        got.append(Outcome(False, kind="skipped", message=_("not run: case {n} did not finish").format(n=i + 1)))
 
 
 def _fail_last(result: Run, task: TaskJob, message: str):

@@ -24,6 +24,7 @@ import threading
 import time
 
 from . import isolation
+from ..i18n import _
 from .limits import Limits
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
@@ -81,20 +82,20 @@ def tree_cpu_seconds(root: int) -> float:
 def exit_words(code, limits: Limits, isolated: bool = False) -> tuple[str, str]:
     """(kind, message) for a child that ended with exit status `code` (None: unknown)."""
     if code is None:
-        return "crash", "stopped answering"
+        return "crash", _("stopped answering")
     if isolated and code > 128:   # bwrap passes on a signal death as 128 + the signal
         code = 128 - code
     if code < 0:
         sig = -code
         if sig == signal.SIGXCPU:
-            return "timeout", "used up its CPU time"
+            return "timeout", _("used up its CPU time")
         if sig == signal.SIGKILL:
-            return "crash", f"was killed (SIGKILL; out of memory? the limit is {limits.memory_mb} MB)"
+            return "crash", _("was killed (SIGKILL; out of memory? the limit is {mb} MB)").format(mb=limits.memory_mb)
         if sig == signal.SIGSEGV:
-            return "crash", "crashed (segmentation fault)"
+            return "crash", _("crashed (segmentation fault)")
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
-        return "crash", f"was stopped by signal {name}"
-    return "crash", f"exited (exit code {code}) in the middle of grading: os._exit or a crash"
+        return "crash", _("was stopped by signal {name}").format(name=name)
+    return "crash", _("exited (exit code {code}) in the middle of grading: os._exit or a crash").format(code=code)
 
 
 def _pidfd_pid(pidfd: int) -> int | None:
@@ -114,7 +115,7 @@ def _init_pid(fd: int, seconds: float):
     never came (bwrap failed: the result channel says so)."""
     data, end = b"", time.monotonic() + seconds
     while time.monotonic() < end:
-        ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+        ready = select.select([fd], [], [], max(0.0, end - time.monotonic()))[0]
         if not ready:
             break
         chunk = os.read(fd, 4096)
@@ -220,7 +221,7 @@ class Child:
     def drain(self, tail: bytearray):
         """Read what is waiting on the (non-blocking) output pipe, keeping the last 8 KiB."""
         try:
-            for _ in range(256):
+            for _chunk in range(256):
                 chunk = os.read(self.proc.stdout.fileno(), 65536)
                 if not chunk:
                     break
@@ -298,7 +299,7 @@ def start(sandbox, torch: bool, limits: Limits, notes: list) -> Child:
             os.close(fd)
         if tmp:
             remove_tree(tmp)
-        raise StartError(f"could not start Python: {e}") from None
+        raise StartError(_("could not start Python ({why})").format(why=type(e).__name__)) from None
     for fd in fds:
         os.close(fd)
     pidfd = None

@@ -89,12 +89,14 @@ def show(value, limit: int = 6) -> str:
     if isinstance(value, np.ndarray):
         flat = value.ravel()
         items = ", ".join(_num(v) for v in flat[:limit]) + (", ..." if flat.size > limit else "")
-        return f"{value.dtype} array of shape {tuple(value.shape)} [{items}]"
+        return _("{dtype} array of shape {shape} [{items}]").format(dtype=value.dtype, shape=tuple(value.shape),
+                                                                   items=items)
     if isinstance(value, (bytes, bytearray)):
-        return f"{len(value)} bytes {bytes(value[:limit]).hex(' ')}{' ...' if len(value) > limit else ''}"
+        return _("{n} bytes {hex}").format(n=len(value), hex=bytes(value[:limit]).hex(" ")
+                                           + (" ..." if len(value) > limit else ""))
     if isinstance(value, (list, tuple)):
         if len(value) > limit:
-            return f"a list of {len(value)} items"
+            return _("a list of {n} items").format(n=len(value))
         inner = ", ".join(show(v, limit) for v in value)
         if isinstance(value, tuple):
             return f"({inner},)" if len(value) == 1 else f"({inner})"
@@ -104,7 +106,7 @@ def show(value, limit: int = 6) -> str:
     if isinstance(value, (int, float, np.integer, np.floating)):
         return _num(value)
     if isinstance(value, dict):
-        return "a dict with keys " + ", ".join(map(str, list(value)[:limit]))
+        return _("a dict with keys {keys}").format(keys=", ".join(map(str, list(value)[:limit])))
     text = repr(value)
     return text if len(text) < 60 else text[:57] + "..."
 
@@ -178,11 +180,11 @@ def several(*parts, names: tuple = ()):
 
     def compare(expected, got, args):
         if not isinstance(got, (list, tuple)) or len(got) != len(parts):
-            return _("expected a tuple ({v}), got {v2}").format(v=', '.join(names), v2=show(got))
+            return _("expected a tuple ({v}), got {v2}").format(v=', '.join(_(n) for n in names), v2=show(got))
         for name, cmp, e, g in zip(names, parts, expected, got):
             problem = cmp(e, g, args)
             if problem:
-                return f"{name}: {problem}"
+                return f"{_(name)}: {problem}"
         return None
     return compare
 

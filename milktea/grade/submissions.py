@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from . import formats, lms
 from .formats import Submission
 from .notebook import MAX_FILE_BYTES, assignment_of
+from .text import key as text_key, lazy
 
 __all__ = ["Submission", "Student", "Refused", "find_submissions", "scan_folder", "read_regular", "shown"]
 MAX_DEPTH = 6          # folder levels searched below a student's folder
@@ -42,18 +43,18 @@ def shown(name) -> str:
     return raw.decode("utf-8", "backslashreplace")
 
 
-def _what(mode: int) -> str:
+def _what(mode: int):
     if stat.S_ISLNK(mode):
-        return "a symbolic link"
+        return lazy("a symbolic link")
     if stat.S_ISFIFO(mode):
-        return "a FIFO"
+        return lazy("a FIFO")
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
+        return lazy("a device")
     if stat.S_ISSOCK(mode):
-        return "a socket"
+        return lazy("a socket")
     if stat.S_ISDIR(mode):
-        return "a folder"
-    return "not a regular file"
+        return lazy("a folder")
+    return lazy("not a regular file")
 
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -67,14 +68,16 @@ def read_regular(dir_fd: int, name: str, limit: int = MAX_FILE_BYTES) -> bytes:
         fd = os.open(name, _FILE, dir_fd=dir_fd)
     except OSError as e:
         if e.errno in (40, 20):   # ELOOP: a link (O_NOFOLLOW); ENOTDIR
-            raise Refused(f"{shown(name)} is a symbolic link: only regular files are graded") from None
+            raise Refused(lazy("{name} is a symbolic link: only regular files are graded", name=shown(name))) from None
         raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise Refused(f"{shown(name)} is {_what(st.st_mode)}: only regular files are graded")
+            raise Refused(lazy("{name} is {what}: only regular files are graded", name=shown(name),
+                               what=_what(st.st_mode)))
         if st.st_size > limit:
-            raise Refused(f"{shown(name)} is {st.st_size >> 20} MB, over the {limit >> 20} MB limit for a file")
+            raise Refused(lazy("{name} is {size} MB, over the {limit} MB limit for a file", name=shown(name),
+                               size=st.st_size >> 20, limit=limit >> 20))
         chunks, left = [], limit + 1
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 20))
@@ -84,7 +87,8 @@ def read_regular(dir_fd: int, name: str, limit: int = MAX_FILE_BYTES) -> bytes:
             left -= len(chunk)
         data = b"".join(chunks)
         if len(data) > limit:
-            raise Refused(f"{shown(name)} grew past the {limit >> 20} MB limit while it was read")
+            raise Refused(lazy("{name} grew past the {limit} MB limit while it was read", name=shown(name),
+                               limit=limit >> 20))
         return data
     finally:
         os.close(fd)
@@ -97,11 +101,11 @@ class Student:
     notes: list = field(default_factory=list)     # what was refused or ignored, for the feedback
     keys: list = field(default_factory=list)      # what its names say of the student (lms.keys), for a roster
 
-    def note(self, text: str):
+    def note(self, text):
         if len(self.notes) < MAX_NOTES:
             self.notes.append(text)
         elif len(self.notes) == MAX_NOTES:
-            self.notes.append("(more problems with files not listed)")
+            self.notes.append(lazy("(more problems with files not listed)"))
 
 
 def _read(dir_fd: int, name: str, rel: str):
@@ -109,9 +113,10 @@ def _read(dir_fd: int, name: str, rel: str):
     try:
         return read_regular(dir_fd, name), None
     except Refused as e:
-        return None, Submission(rel, "refused:" + str(e), error=str(e))
+        return None, Submission(rel, "refused:" + text_key(e.args[0]), error=e.args[0])
     except OSError as e:
-        return None, Submission(rel, "unreadable", error=f"{rel} could not be read: {e.strerror or e}")
+        return None, Submission(rel, "unreadable", error=lazy("{name} could not be read: {why}", name=rel,
+                                                               why=e.strerror or e))
 
 
 def _load(dir_fd: int, name: str, rel: str) -> tuple[list, list]:
@@ -145,7 +150,7 @@ def _scan_student(root_fd: int, entry: str, student: Student, known, forced):
     try:
         top = os.open(entry, _DIR, dir_fd=root_fd)
     except OSError as e:
-        student.note(f"{shown(entry)} could not be opened ({e.strerror}): nothing graded")
+        student.note(lazy("{name} could not be opened ({why}): nothing graded", name=shown(entry), why=e.strerror))
         return
     found, stack, seen, ignored = [], [((), "", 0)], 0, []
     try:
@@ -154,7 +159,7 @@ def _scan_student(root_fd: int, entry: str, student: Student, known, forced):
             try:
                 fd = _walk(top, parts)
             except OSError as err:
-                student.note(f"{rel}/: refused ({err.strerror})")
+                student.note(lazy("{path}/: refused ({why})", path=rel, why=err.strerror))
                 continue
             try:
                 names = []
@@ -162,7 +167,8 @@ def _scan_student(root_fd: int, entry: str, student: Student, known, forced):
                     for e in it:
                         seen += 1
                         if seen > MAX_ENTRIES:
-                            student.note(f"more than {MAX_ENTRIES} files and folders: the rest was not searched")
+                            student.note(lazy("more than {n} files and folders: the rest was not searched",
+                                              n=MAX_ENTRIES))
                             stack.clear()
                             break
                         names.append((os.fsencode(e.name), e.name, e.stat(follow_symlinks=False).st_mode))
@@ -170,35 +176,36 @@ def _scan_student(root_fd: int, entry: str, student: Student, known, forced):
                     path = f"{rel}/{shown(name)}" if rel else shown(name)
                     if name in JUNK or name.startswith("."):
                         if _gradable(name) or stat.S_ISDIR(mode) and name not in JUNK:
-                            student.note(f"{path}: a hidden file or folder, not searched")
+                            student.note(lazy("{path}: a hidden file or folder, not searched", path=path))
                         continue
                     if stat.S_ISDIR(mode):
                         if depth + 1 > MAX_DEPTH:
-                            student.note(f"{path}/: deeper than {MAX_DEPTH} folders, not searched")
+                            student.note(lazy("{path}/: deeper than {n} folders, not searched", path=path, n=MAX_DEPTH))
                         else:
                             stack.append((parts + (name,), path, depth + 1))
                     elif _gradable(name):
                         if not stat.S_ISREG(mode):
-                            student.note(f"{path}: refused, it is {_what(mode)}; only regular files are graded")
+                            student.note(lazy("{path}: refused, it is {what}; only regular files are graded",
+                                              path=path, what=_what(mode)))
                         else:
                             subs, notes = _load(fd, name, path)
                             found += subs
                             for n in notes:
                                 student.note(n)
                     elif stat.S_ISLNK(mode):
-                        student.note(f"{path}: a symbolic link, not followed")
+                        student.note(lazy("{path}: a symbolic link, not followed", path=path))
                     else:
                         ignored.append(path)
             except OSError as err:
-                student.note(f"{rel or '.'}: could not be read ({err.strerror})")
+                student.note(lazy("{path}: could not be read ({why})", path=rel or ".", why=err.strerror))
             finally:
                 if fd != top:
                     os.close(fd)
     finally:
         os.close(top)
     if ignored:
-        student.note(f"ignored {', '.join(sorted(ignored)[:5])}{' ...' if len(ignored) > 5 else ''} "
-                     "(only .ipynb, .py and .zip files are graded)")
+        student.note(lazy("ignored {names} (only .ipynb, .py and .zip files are graded)",
+                          names=", ".join(sorted(ignored)[:5]) + (" ..." if len(ignored) > 5 else "")))
     _assign(student, found, known, forced)
 
 
@@ -218,9 +225,11 @@ def _assign(student: Student, found: list, known, forced, original=None):
     for path, sub in found:
         ch = forced or assignment_of(original or _base(path), sub.nb, known)
         if ch is None:
-            student.note(f"{path}: not one of the exercises, ignored" + (f" ({sub.error})" if sub.error else ""))
+            student.note(lazy("{path}: not one of the exercises, ignored ({why})", path=path, why=sub.error)
+                         if sub.error else lazy("{path}: not one of the exercises, ignored", path=path))
         elif ch in student.files:
-            student.note(f"{path}: a second file for {ch}, ignored (graded: {student.files[ch].shown})")
+            student.note(lazy("{path}: a second file for {name}, ignored (graded: {graded})", path=path, name=ch,
+                              graded=student.files[ch].shown))
         else:
             student.files[ch] = sub
             if sub.note:
@@ -285,8 +294,9 @@ def find_submissions(root: str, known, chapter: str | None = None) -> tuple[dict
                 st = _student(students, taken, os.fsencode(keys[0]) if keys else raw.rsplit(b".", 1)[0], who)
                 st.keys += keys
                 if not stat.S_ISREG(mode):
-                    what = "a symbolic link, not followed" if stat.S_ISLNK(mode) else f"refused, it is {_what(mode)}"
-                    st.note(f"{name}: {what}: submit a folder, a notebook or a zip")
+                    what = lazy("a symbolic link, not followed") if stat.S_ISLNK(mode) else \
+                        lazy("refused, it is {what}", what=_what(mode))
+                    st.note(lazy("{name}: {what}: submit a folder, a notebook or a zip", name=name, what=what))
                     continue
                 found, zip_notes = _load(root_fd, e.name, name)
                 for n in zip_notes:
@@ -295,7 +305,7 @@ def find_submissions(root: str, known, chapter: str | None = None) -> tuple[dict
                     for _, sub in found:
                         ch = chapter or assignment_of("", sub.nb, known)
                         if ch in st.files:
-                            st.note(f"{name}: a second file for {ch}, ignored")
+                            st.note(lazy("{path}: a second file for {name}, ignored", path=name, name=ch))
                         else:
                             st.files[ch] = sub
                 else:

@@ -6,6 +6,7 @@ checked here on a Chinese solution made from an English one by translating one m
 """
 import copy
 import json
+import re
 import shutil
 
 import pytest
@@ -100,6 +101,41 @@ def test_class_feedback_in_each_learners_language(course, tmp_path):
     assert "zh 的反馈" in zh and "答案错误" in zh and "应为" in zh and "用例 '" in zh and "总分" in zh, zh
     assert "Feedback for en" in en and "wrong answer" in en and "expected" in en and not any(
         "\u4e00" <= ch <= "\u9fff" for ch in en), en
+
+
+# every way a Chinese learner's task can fail, each in its own task, plus a file refused and a .py left over
+MISTAKES = {
+    "03.1": "import numpy as np\n\ndef topk_threshold(x, k):\n    return float(np.abs(x).max())\n",
+    "03.2": "def topk_sparsify(x, k):\n    return open('/srv/answers.txt').read()\n",
+    "03.3": "def topk_pack(x, k):\n    while True:\n        pass\n",
+    "03.4": "def topk_unpak(indices, values, shape):\n    return values\n",
+}
+ENGLISH = re.compile(r"[A-Za-z]{3,}(?:[ ,;:]+[A-Za-z]{3,})+")   # two English words in a row: a phrase
+
+
+def _english_phrases(text: str) -> list:
+    """English phrases left in Chinese feedback, once code, names and values are set aside."""
+    for code in (r"`[^`]*`", r"'[^'\n]*'", r"\w+\(.*\)", r"\w+Error: .*", r"\[[^\]]*\]", r"\S+\.(?:ipynb|py)\b"):
+        text = re.sub(code, " ", text)
+    return ENGLISH.findall(text)
+
+
+def test_chinese_feedback_has_no_english_left(course, tmp_path):
+    """Case labels, values, cell names, locations, refusals, time limits, missing functions: all
+    in Chinese. What stays is code: the call, the learner's own line, Python's exception text."""
+    nb = read_notebook(str(course / "exercises" / "zh" / f"{CHAPTER}.ipynb"))
+    for task, source in MISTAKES.items():
+        nb = with_cell(nb, task, source)
+    save(nb, tmp_path / "subs" / "xiaoming" / f"{CHAPTER}.ipynb")
+    (tmp_path / "subs" / "xiaoming" / "notes.txt").write_text("草稿")
+    grade_class(str(tmp_path / "subs"), str(tmp_path / "out"), str(SOLUTIONS), None, seed=7, progress=False,
+                limits=Limits(task_seconds=2, submission_seconds=60, memory_mb=1024, wall_factor=2), chapter=CHAPTER)
+    text = (tmp_path / "out" / "feedback" / "xiaoming.txt").read_text(encoding="utf-8")
+    for words in ("用例 '", "数组，形状", "任务 03.2 的单元格第 2 行", "评分代码不能读取", "CPU 时间",
+                  "没有名为 topk_unpack 的函数", "已忽略 notes.txt"):
+        assert words in text, (words, text)
+    assert _english_phrases(text) == [], text
+    assert all(len(line) < 2 or "...." not in line or line.index(" ", line.index("....")) > 0 for line in text.splitlines())
 
 
 def test_feedback_is_in_the_notebooks_language(course, capsys):

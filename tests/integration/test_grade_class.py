@@ -32,7 +32,7 @@ SABOTAGE = {
     "syntax": ("03.3", "def topk_pack(x, k)\n    return x\n", "syntax", "SyntaxError"),
     "renamed": ("03.4", "def topk_unpak(indices, values, shape):\n    return values\n", "missing",
                 "defines no function named topk_unpack"),
-    "loop": ("03.1", "def topk_threshold(x, k):\n    while True:\n        pass\n", "timeout", "did not finish within 3 s"),
+    "loop": ("03.1", "def topk_threshold(x, k):\n    while True:\n        pass\n", "timeout", "did not finish within"),
     "cell_loop": ("03.2", "def topk_sparsify(x, k):\n    return x\n\nwhile True:\n    pass\n", "timeout",
                   "could not run"),
     "sys_exit": ("03.3", "import sys\n\ndef topk_pack(x, k):\n    sys.exit(0)\n", "exit", "sys.exit"),

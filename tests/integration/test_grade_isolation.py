@@ -421,7 +421,7 @@ def test_when_the_grader_dies_everything_it_started_dies(tmp_path):
     script = tmp_path / "grader.py"
     script.write_text(textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {str(ROOT / 'tests')!r})
+        sys.path[:0] = [{str(ROOT / 'tests')!r}, {str(ROOT / 'tests' / 'integration')!r}]
         import dataclasses, test_grade_isolation as t
         from milktea.grade import isolation
         t.BOX = dataclasses.replace(isolation.probe(), zygote={BOX.zygote})

@@ -52,12 +52,12 @@ def test_overrides_are_read_and_checked(tmp_path):
 
 def test_a_python_file_is_graded_as_the_cells_it_holds():
     plain = formats.submission(b"def f(x):\n    return x\n", "hw1.py")
-    assert plain.nb["cells"][0]["source"] == "def f(x):\n    return x\n" and "a Python file" in plain.note
+    assert plain.nb["cells"][0]["source"] == "def f(x):\n    return x\n" and "a Python file" in str(plain.note)
     split = formats.notebook_from_python(b'# %% [markdown]\n# # Title\n# %% tags=["graded", "task:1"]\n'
                                          b"def f(x):\n    return x\n# %%\nprint(f(1))\n")
     assert [c["cell_type"] for c in split["cells"]] == ["markdown", "code", "code"]
     assert split["cells"][1]["metadata"]["tags"] == ["graded", "task:1"]
-    assert formats.submission(b"\xff\xfe", "bad.py").error.endswith("save it as UTF-8")
+    assert str(formats.submission(b"\xff\xfe", "bad.py").error).endswith("save it as UTF-8")
 
 
 def _zip(members: dict) -> bytes:
