@@ -1,7 +1,12 @@
-"""python -m milktea.grade SUBMISSIONS_DIR --out GRADES_DIR [--hidden DIR]: grade a class.
-python -m milktea.grade gradescope --out BUNDLE_DIR [--hidden DIR]: build a Gradescope autograder.
+"""python -m milktea.grade: grade a class, and the instructor's other commands.
 
-See milktea/grade/classroom.py for the folder layout and docs/grading.md for the protocol.
+    python -m milktea.grade SUBMISSIONS --out GRADES [options]   grade a class (the default command)
+    python -m milktea.grade release SOLUTIONS --out RELEASE      the student release of assignments
+    python -m milktea.grade gradescope --out BUNDLE [options]    a Gradescope autograder bundle
+    python -m milktea.grade tasks [SOLUTIONS]                    the task table, in Markdown
+    python -m milktea.grade.check NOTEBOOK                       (learners) check a notebook
+
+docs/grading.md tells the whole workflow; each command's --help lists its options.
 """
 from __future__ import annotations
 
@@ -13,6 +18,14 @@ from .classroom import grade_class
 from .prepare import SetupError
 from .sandbox import Limits
 
+COMMANDS = {"release": "write the student release of a folder of assignments (notebooks + public checks)",
+            "gradescope": "build a Gradescope autograder bundle (BUNDLE/ and BUNDLE.zip)",
+            "tasks": "print the task table of a folder of assignments, in Markdown"}
+EPILOG = ("other commands (each has its own --help):\n"
+          + "\n".join(f"  python -m milktea.grade {c:<11} {what}" for c, what in COMMANDS.items())
+          + "\n  python -m milktea.grade.check  (learners) check a notebook on its public checks"
+          + "\n\nExit status: 0 when the class was graded, 2 when nothing was graded (the message says why).")
+
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -22,8 +35,13 @@ def main(argv=None) -> int:
     if argv[:1] == ["release"]:
         from .release import main as release
         return release(argv[1:])
-    ap = argparse.ArgumentParser(prog="python -m milktea.grade",
-                                 description="Grade a folder of exercise notebooks out of process.")
+    if argv[:1] == ["tasks"]:
+        from .tables import main as tasks
+        return tasks(argv[1:])
+    ap = argparse.ArgumentParser(prog="python -m milktea.grade", epilog=EPILOG,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 description="Grade a folder of submissions out of process, in a sandbox: "
+                                             "grades.csv, results/, feedback/ and summary.txt in --out.")
     ap.add_argument("submissions", help="SUBMISSIONS_DIR/<student>/<exercise>.ipynb or SUBMISSIONS_DIR/<student>.ipynb")
     ap.add_argument("--out", required=True, help="folder for grades.csv, results/, feedback/, summary.txt")
     ap.add_argument("--solutions", default="solutions",
