@@ -131,7 +131,8 @@ class Advice:
 
 def advise(params: float, workers: int, gbit: float, compute_s: float, *, latency_us: float = 50.0,
            overlap: bool = True, buckets: int = 8, layer_shapes=None, powersgd_rank: int = 4,
-           codec_ns: dict | str = "measure", tolerance: float = 0.1, small_share: float = 0.1) -> Advice:
+           codec_ns: dict | str = "measure", tolerance: float = 0.1, small_share: float = 0.1,
+           local_steps: int | None = None) -> Advice:
     """Price every option for your cluster and pick one.
 
     params: model parameters. workers: data-parallel ranks. gbit: each rank's link, Gbit/s.
@@ -142,6 +143,17 @@ def advise(params: float, workers: int, gbit: float, compute_s: float, *, latenc
     not compress at all. layer_shapes: the model's parameter shapes, e.g.
     `[p.shape for p in model.parameters()]`, for PowerSGD's ratio (default: a standard
     transformer of `params` parameters, `transformer_shapes`).
+    local_steps: also price local steps (DiLoCo, milktea.local) exchanging every H =
+    `local_steps` steps, fp32 and int8 reports through a ring all-reduce: the exchange is
+    paid once per H steps and not overlapped, and the guide says whether it beats the best
+    per-step scheme. Local steps change the optimisation itself (chapter 08), so they count
+    as complex as PowerSGD.
+
+    >>> free = {name: 0.0 for name in CODEC_NAMES}
+    >>> advise(1e9, 8, 0.1, 0.5, codec_ns=free, local_steps=100).reasons[-1]
+    'local H=100 int8 does not pay here: 1.9 s per step against 1.56 s for powersgd (1.22x slower)'
+    >>> advise(1e9, 8, 0.1, 0.5, codec_ns=free, local_steps=500).choice
+    'local H=500 int8'
     """
     params, gbit = check_number(params, "params", 0, open_low=True), check_number(gbit, "gbit", 0, open_low=True)
     compute_s = check_number(compute_s, "compute_s", 0, open_low=True)
@@ -161,6 +173,15 @@ def advise(params: float, workers: int, gbit: float, compute_s: float, *, latenc
         rows.append({"scheme": o.name, "collective": o.collective, "R": o.ratio,
                      "MB per worker": nbytes / o.ratio / 1e6, "comm s": comm, "codec s": codec,
                      "step s": step, "complexity": o.complexity, "needs": o.needs})
+    per_step = list(rows)
+    if local_steps is not None:
+        H = check_int(local_steps, "local_steps", 2)
+        for name, ratio, codec in ((f"local H={H}", 1.0, 0.0), (f"local H={H} int8", 4.0, codec_ns["int8"])):
+            comm = cost.comm_time(nbytes / ratio, workers, link, "allreduce")
+            rows.append({"scheme": name, "collective": "allreduce", "R": ratio * H, "MB per worker": nbytes / ratio / 1e6,
+                         "comm s": comm / H, "codec s": codec * 1e-9 * params / H,
+                         "step s": compute_s + (comm + codec * 1e-9 * params) / H, "complexity": 3,
+                         "needs": N_("an outer optimizer (SGD with Nesterov momentum) and more tokens to match synchronous training; a larger H saves bytes and costs quality")})
     dense = rows[0]
     for r in rows:
         r["speedup"] = dense["step s"] / r["step s"]
@@ -182,9 +203,29 @@ def advise(params: float, workers: int, gbit: float, compute_s: float, *, latenc
         gathers = [r for r in rows if r["collective"] == "allgather" and r["speedup"] < 1]
         if gathers:
             reasons.append(_("slower than dense here: {v} (all-gathered packets grow with the {workers} workers, or the codec costs more than it saves)").format(v=', '.join(r['scheme'] for r in gathers), workers=workers))
+    if local_steps is not None:
+        reasons.append(local_sentence(min(per_step, key=lambda r: r["step s"]),
+                                      min(rows[len(per_step):], key=lambda r: r["step s"]), tolerance))
     return Advice(rows, choice, reasons, share, ceiling,
                   dict(params=params, workers=workers, gbit=gbit, compute_s=compute_s, latency_us=latency_us,
                        overlap=overlap, buckets=buckets))
+
+
+def local_sentence(step_row: dict, local_row: dict, tolerance: float = 0.1) -> str:
+    """Whether local steps beat the best per-step scheme, in words that follow the numbers.
+
+    >>> local_sentence({"scheme": "int8", "step s": 2.0}, {"scheme": "local H=100", "step s": 1.0})
+    'local H=100 beats the best per-step scheme, int8: 1 s per step against 2 s (2.00x faster)'
+    """
+    a, b = local_row["step s"], step_row["step s"]
+    r = b / a if a <= b else a / b
+    if r - 1 <= tolerance:
+        text = _("local steps ({local}) and the best per-step scheme ({step}) are within {tolerance:.0%} of each other: {a:.3g} s and {b:.3g} s per step; prefer the per-step scheme, which trains as synchronous training does")
+    elif a < b:
+        text = _("{local} beats the best per-step scheme, {step}: {a:.3g} s per step against {b:.3g} s ({r:.2f}x faster)")
+    else:
+        text = _("{local} does not pay here: {a:.3g} s per step against {b:.3g} s for {step} ({r:.2f}x slower)")
+    return text.format(local=local_row["scheme"], step=step_row["scheme"], a=a, b=b, r=r, tolerance=tolerance)
 
 
 # Bytes each codec moves through memory per parameter, compress and decode together, for

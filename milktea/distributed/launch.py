@@ -45,6 +45,7 @@ class WorkerError(RuntimeError):
                  original: BaseException | None = None):
         self.rank, self.exc_type, self.message = rank, exc_type, message
         self.remote_traceback, self.original = remote_traceback, original
+        self.others: dict[int, str] = {}   # with launch(grace=...): how each other rank ended
         text = f"rank {rank} failed: {exc_type}: {message}"
         if remote_traceback:
             text += f"\n\n--- traceback on rank {rank} ---\n{remote_traceback.rstrip()}"
@@ -127,7 +128,7 @@ def launch(fn: Callable, nprocs: int = 2, args: tuple = (), kwargs: dict | None 
            backend: str = "auto", results: str = "rank0", timeout: float | None = None,
            collective_timeout: float = 300.0, threads: int | None = None,
            on_message: Callable[[int, Any], None] | None = None, env: dict | None = None,
-           netns=None, stall_timeout: float | None = None) -> Any:
+           netns=None, stall_timeout: float | None = None, grace: float = 0.0) -> Any:
     """Run `fn(*args, **kwargs)` on `nprocs` ranks; return rank 0's result
     (`results="all"`: the list of every rank's result).
 
@@ -138,6 +139,9 @@ def launch(fn: Callable, nprocs: int = 2, args: tuple = (), kwargs: dict | None 
     has made no progress for this many seconds, raising `WorkerHang` that names it (keep
     it below collective_timeout, else the waiting peer's timeout error comes first).
     netns: a `milktea.distributed.netns.NetnsLink` to run each rank in its own network namespace.
+    grace: when a rank fails, how many seconds the others get to end on their own (save
+    their state, report what they saw) before they are stopped; how each ended is in the
+    raised WorkerError's `others` ({rank: "returned" / "ExcType: message" / "stopped"}).
     """
     _check_function(fn)
     if not isinstance(nprocs, int) or nprocs < 1:
@@ -190,7 +194,13 @@ def launch(fn: Callable, nprocs: int = 2, args: tuple = (), kwargs: dict | None 
             ready = mpc.wait([conns[r] for r in live] + [procs[r].sentinel for r in live], timeout=wait_s)
             failure = _check(ready, procs, conns, live, out, on_message, beats)
             if failure is not None:
-                failure = _root_cause(failure, procs, conns, live, out, on_message, beats)
+                heard: dict = {}
+                failure = _root_cause(failure, procs, conns, live, out, on_message, beats, heard=heard)
+                if grace > 0:
+                    failure.others = _wind_down(failure.rank, grace, procs, conns, live, out, on_message, beats,
+                                                heard)
+                    failure.args = (failure.args[0] + "\n\nthe other ranks: " + "; ".join(
+                        f"rank {r} {how}" for r, how in failure.others.items()),)
                 break
             now = time.monotonic()
             if not started and any(b.steps for b in beats.values()):
@@ -229,22 +239,54 @@ def _check(ready, procs, conns, live, out, on_message, beats) -> WorkerError | N
     return None
 
 
-def _root_cause(failure, procs, conns, live, out, on_message, beats, grace: float = 1.0):
+def _root_cause(failure, procs, conns, live, out, on_message, beats, grace: float = 1.0, heard=None):
     """A rank's error is often the echo of another's death (its connection reset): wait
     a moment, and name a rank that died without a word (killed, crashed) instead."""
+    heard = {} if heard is None else heard       # rank -> its own error, as it arrives
     if failure.exc_type == "ProcessExit":
         return failure
+    heard[failure.rank] = failure
     deadline, spoke = time.monotonic() + grace, {failure.rank}
     while time.monotonic() < deadline:
         for r in [r for r in live if r not in spoke]:
             if not procs[r].is_alive():
-                if _drain(r, conns[r], out, on_message, live, beats) is not None:
+                error = _drain(r, conns[r], out, on_message, live, beats)
+                if error is not None:
+                    heard[r] = error
                     spoke.add(r)   # it failed with an error of its own: an echo, most likely
                 elif r in live:    # gone with no result and no error
                     procs[r].join(1.0)
                     return _exit_error(r, procs[r].exitcode)
         time.sleep(0.05)
     return failure
+
+
+def _wind_down(failed: int, grace: float, procs, conns, live, out, on_message, beats, heard) -> dict:
+    """After rank `failed` failed: give the other live ranks up to `grace` seconds to end on
+    their own; how each one ended (`heard`: errors already read, by rank)."""
+    ended, deadline = {}, time.monotonic() + grace
+    for r, error in heard.items():
+        if r != failed:
+            ended[r] = f"{error.exc_type}: {error.message}"
+    for r in range(len(procs)):
+        if r != failed and r not in live and r not in ended:
+            ended[r] = "returned"
+    waiting = [r for r in live if r != failed and r not in ended]
+    while waiting and time.monotonic() < deadline:
+        for r in list(waiting):
+            error = _drain(r, conns[r], out, on_message, live, beats)
+            if error is not None:
+                ended[r] = f"{error.exc_type}: {error.message}"
+            elif r not in live:
+                ended[r] = "returned"
+            elif not procs[r].is_alive():
+                ended[r] = f"exited with code {procs[r].exitcode}"
+            else:
+                continue
+            waiting.remove(r)
+        time.sleep(0.05)
+    ended.update({r: "stopped" for r in waiting})
+    return dict(sorted(ended.items()))
 
 
 class _Beat:

@@ -381,3 +381,34 @@ def paired(a: Iterable[float], b: Iterable[float]) -> tuple[float, float]:
     sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
     t = _T95[n - 2] if n - 1 <= len(_T95) else 2.0
     return mean, t * sd / math.sqrt(n)
+
+
+def relative(value: float, ref: float, ref_name: str, *, limit: float | None = None, digits: int = 3) -> Said:
+    """`value` against `ref` as a relative difference, both printed with `digits` decimals.
+    With `limit` (a share: 0.02 = 2%), whether the difference stays inside it in
+    size. kind: above, below, equal; inside or outside with a limit; nan.
+
+    >>> relative(1.636, 1.604, "DDP")
+    "1.636, 2.0% above DDP's 1.604"
+    >>> relative(1.58, 1.604, "DDP", limit=0.02)
+    "1.580, 1.5% below DDP's 1.604: inside ±2%"
+    """
+    if missing(value) or missing(ref):
+        return Said(_("not comparable with {ref} (a run failed)").format(ref=ref_name), "nan")
+    value, ref = float(value), float(ref)
+    if ref == 0:
+        raise ValueError(f"a relative difference needs a reference other than 0, got {ref!r}")
+    d = value / ref - 1
+    f = f"{{:.{digits}f}}"
+    args = dict(v=f.format(value), r=f.format(ref), ref=ref_name, d=abs(d))
+    if f"{abs(d):.1%}" == "0.0%":
+        text, kind = _("{v}, equal to {ref}'s {r}").format(**args), "equal"
+    elif d > 0:
+        text, kind = _("{v}, {d:.1%} above {ref}'s {r}").format(**args), "above"
+    else:
+        text, kind = _("{v}, {d:.1%} below {ref}'s {r}").format(**args), "below"
+    if limit is None:
+        return Said(text, kind)
+    if abs(d) <= limit:
+        return Said(text + _(": inside ±{limit:.0%}").format(limit=limit), "inside")
+    return Said(text + _(": outside ±{limit:.0%}").format(limit=limit), "outside")
