@@ -13,6 +13,7 @@ BENCHES = {
     "gpu": "milktea.bench.gpu",              # kernels, simulator, NCCL hook and notebooks on one CUDA GPU
     "gpt": "milktea.bench.gpt",              # every scheme on the character GPT, with per-layer statistics
     "memory": "milktea.bench.memory",        # extra peak memory of each scheme over plain DDP
+    "local": "milktea.bench.local",          # DiLoCo vs DDP on the tiny GPT: bytes, loss, an outage
 }
 
 

@@ -1,0 +1,196 @@
+"""Chapter 08's experiments: local steps against synchronous training on the tiny GPT, the
+compressed weekly report, a branch that goes dark, and the calculator.
+
+    >>> round(intellect_ratio(inner_steps=100, bits=8))      # INTELLECT-1's 400x, derived
+    400
+
+Every run of a comparison starts from the same parameters and draws the same batches
+(milktea.local's simulator), so the only difference is the scheme; bytes are each worker's
+real packets.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ..compressors import Chain, Quantize, TopK
+from ..i18n import N_, _
+from ..local import AdamW, DataParallel, DiLoCo, LocalRun, OuterSGD, simulate
+from ..local.cost import bandwidth_for, local_cost
+from . import verdicts
+
+INNER_LR = 3e-3
+
+
+def intellect_ratio(inner_steps: int = 100, bits: int = 8) -> float:
+    """x fewer bytes than data parallelism with fp32 gradients: H exchanges become one, and
+    each value shrinks from 32 bits to `bits` (headers and scales left out)."""
+    return inner_steps * 32 / bits
+
+
+def ddp(lr: float = INNER_LR) -> DataParallel:
+    """Synchronous data parallelism with AdamW: what DDP does."""
+    return DataParallel(AdamW(lr=lr))
+
+
+def diloco(inner_steps: int = 100, compressor=None, lr: float = INNER_LR, **kw) -> DiLoCo:
+    """DiLoCo with AdamW inside and Nesterov SGD outside (lr 0.7, momentum 0.9)."""
+    return DiLoCo(inner_steps=inner_steps, inner=AdamW(lr=lr), compressor=compressor, **kw)
+
+
+def int8() -> Quantize:
+    """int8 with one scale per report (as INTELLECT-1's all-reduce quantizes)."""
+    return Quantize(bits=8, chunk=None)
+
+
+def sparseloco(inner_steps: int = 100, ratio: float = 0.02, bits: int = 2, lr: float = INNER_LR,
+               outer: OuterSGD | None = None) -> DiLoCo:
+    """SparseLoCo's recipe: Top-K of the pseudo-gradient with its values in `bits` bits, and
+    each worker's ledger (error feedback) keeping the rest."""
+    return DiLoCo(inner_steps=inner_steps, inner=AdamW(lr=lr),
+                  compressor=Chain(TopK(ratio=ratio), Quantize(bits=bits, chunk=None)),
+                  error_feedback=True, outer=outer or OuterSGD())
+
+
+def warm_start(task, steps: int, *, workers: int = 4, batch: int = 8, lr: float = INNER_LR,
+               seed: int = 0) -> torch.Tensor:
+    """Parameters after `steps` of synchronous training: the common start of a comparison
+    (DiLoCo's paper starts its workers from a model pre-trained the usual way)."""
+    run = LocalRun(task, ddp(lr), workers=workers, batch=batch, seed=seed)
+    run.train(steps, eval_every=steps)
+    return run.theta.clone()
+
+
+HEADERS = (N_("scheme"), N_("outer steps"), N_("MB per worker"), N_("x fewer bytes than DDP"),
+           N_("val loss"), N_("gap to DDP"))
+
+
+@dataclass
+class Comparison:
+    """Runs side by side; `rows` for the table, `histories` by name, the first run the reference."""
+    rows: list[dict]
+    histories: dict = field(default_factory=dict)
+
+    def row(self, name: str) -> dict:
+        return next(r for r in self.rows if r["scheme"] == name)
+
+    def table(self) -> list[dict]:
+        return [{_(h): r[h] for h in HEADERS} for r in self.rows]
+
+
+def compare(task, runs: dict, *, workers: int = 4, steps: int = 1000, batch: int = 8, seed: int = 1,
+            start: torch.Tensor | None = None, eval_every: int | None = None, progress: bool = False) -> Comparison:
+    """Train each of `runs` ({name: scheme, or (scheme, outages)}) for the same inner steps on
+    the same batches from the same start; the first is the reference (DDP)."""
+    rows, histories = [], {}
+    for name, spec in runs.items():
+        scheme, outages = spec if isinstance(spec, tuple) else (spec, ())
+        h = simulate(task, scheme, workers=workers, steps=steps, batch=batch, seed=seed, start=start,
+                     outages=outages, eval_every=eval_every or max(scheme.inner_steps, steps // 10),
+                     progress=progress)
+        histories[name] = h
+        per_worker = h.total_bytes / workers
+        ref = rows[0] if rows else None
+        loss = h.final("loss")
+        rows.append({"scheme": name, "outer steps": h.outer_steps, "MB per worker": per_worker / 1e6,
+                     "bytes per worker": per_worker,
+                     "x fewer bytes than DDP": (ref["bytes per worker"] / per_worker) if ref else 1.0,
+                     "val loss": loss, "gap to DDP": (loss / ref["val loss"] - 1) if ref else 0.0})
+    return Comparison(rows, histories)
+
+
+def sentences(cmp: Comparison) -> list[str]:
+    """One line per run against the first (DDP): bytes, and the final loss in words."""
+    ref = cmp.rows[0]
+    return [_("**{scheme}**: {x}x fewer bytes than {ref}; final held-out loss {loss}.").format(
+        scheme=r["scheme"], x=_ratio(r["x fewer bytes than DDP"]), ref=ref["scheme"],
+        loss=verdicts.relative(r["val loss"], ref["val loss"], ref["scheme"])) for r in cmp.rows[1:]]
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of the benchmark's targets, checked on measured numbers."""
+    text: str
+    ok: bool
+
+    def __str__(self) -> str:
+        return ("[ok] " if self.ok else "[MISSED] ") + self.text
+
+
+def check_bytes_and_loss(row: dict, fewer: float, gap: float) -> Target:
+    """At least `fewer` x fewer bytes than DDP with a final loss at most `gap` above DDP's."""
+    ok = row["x fewer bytes than DDP"] >= fewer and row["gap to DDP"] <= gap
+    text = _("{scheme}: {x}x fewer bytes than DDP (target >= {fewer:g}x), final loss {loss} (target: within {gap:.0%})").format(
+        scheme=row["scheme"], x=_ratio(row["x fewer bytes than DDP"]), fewer=fewer,
+        loss=verdicts.relative(row["val loss"], row["val loss"] / (1 + row["gap to DDP"]), "DDP", limit=gap),
+        gap=gap)
+    return Target(text, ok)
+
+
+def check_outage(row: dict, reference: dict, gap: float) -> Target:
+    d = row["val loss"] / reference["val loss"] - 1
+    text = _("{scheme}: final loss {loss} (target: within {gap:.0%})").format(
+        scheme=row["scheme"], gap=gap,
+        loss=verdicts.relative(row["val loss"], reference["val loss"], reference["scheme"], limit=gap))
+    return Target(text, abs(d) <= gap)
+
+
+def _ratio(x: float) -> str:
+    return f"{x:,.1f}" if x < 1e4 else f"{x:,.0f}"
+
+
+# --- why per-step compression stops paying ----------------------------------------------------
+# dense BF16 FLOP/s, scale-out link per GPU in Gbit/s (NVIDIA's data sheets; the course's sources)
+HARDWARE = {"A100": (312e12, 200), "H100": (989e12, 400), "B200": (2.25e15, 800)}
+LINKS = {"NVLink 4 (450 GB/s)": 450e9, "InfiniBand NDR (400 Gbit/s)": 50e9, "10 GbE": 1.25e9, "1 Gbit/s": 125e6}
+
+
+def hardware_gap() -> list[dict]:
+    """FLOPs a GPU can do in the time its scale-out link moves one byte."""
+    return [{_("GPU"): name, _("dense BF16 TFLOP/s"): flops / 1e12, _("scale-out Gbit/s"): gbit,
+             _("FLOP per byte on the link"): flops / (gbit * 125e6)} for name, (flops, gbit) in HARDWARE.items()]
+
+
+def exchange_seconds(params: float = 8e9, workers: int = 64, inner_steps: int = 100, bits: int = 8) -> list[dict]:
+    """One fp32 gradient's ring all-reduce on each link (bandwidth only), against DiLoCo's
+    exchange of `bits`-bit reports every `inner_steps` steps, per step."""
+    from ..cost import Link, ring_allreduce_time
+    rows = []
+    for name, bandwidth in LINKS.items():
+        link = Link(bandwidth, 0.0)
+        dense = ring_allreduce_time(4 * params, workers, link)
+        local = ring_allreduce_time(params * bits / 8, workers, link) / inner_steps
+        rows.append({_("link"): name, _("DDP s per step"): dense,
+                     _("DiLoCo s per step (H={H}, {bits}-bit)").format(H=inner_steps, bits=bits): local})
+    return rows
+
+
+def real_ratio(params: int, inner_steps: int = 100, compressor=None) -> dict:
+    """The wire's ratio for one model: DDP's fp32 gradients over H steps against one real
+    report packet of `params` values (int8 with one scale by default)."""
+    compressor = compressor or int8()
+    packet = compressor.compress(torch.randn(params, generator=torch.Generator().manual_seed(0)))
+    values = params * compressor.bits // 8
+    return {"params": params, "packet bytes": packet.nbytes, "values bytes": values,
+            "overhead bytes": packet.nbytes - values, "ideal": intellect_ratio(inner_steps, compressor.bits),
+            "real": 4 * params * inner_steps / packet.nbytes}
+
+
+# --- the calculator --------------------------------------------------------------------------
+def utilisation_curves(params: float, workers: int, compute_s: float, inner_steps=(1, 10, 100, 500),
+                       gbits=None, latency: float = 50e-6, bits: float = 32) -> dict:
+    """Compute share against link speed, one curve per H (H = 1 is data parallelism)."""
+    from ..cost import Link
+    gbits = list(gbits) if gbits is not None else [10 ** (k / 8) for k in range(-24, 25)]
+    return {"gbit": gbits,
+            "curves": {H: [local_cost(params, workers, H, Link.gbit(g, latency), compute_s, bits=bits).utilisation
+                           for g in gbits] for H in inner_steps}}
+
+
+def needed_gbit(utilisation: float, params: float, workers: int, compute_s: float, inner_steps: int,
+                bits: float = 32, latency: float = 50e-6) -> float:
+    """Gbit/s for H inner steps to compute `utilisation` of the time (inf: out of reach)."""
+    b = bandwidth_for(utilisation, params, workers, inner_steps, compute_s, bits=bits, latency=latency)
+    return b / 125e6 if math.isfinite(b) else math.inf

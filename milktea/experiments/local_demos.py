@@ -1,0 +1,119 @@
+"""Chapter 08's smaller experiments on the digits MLP (a second each): streaming fragments,
+the compressed report with and without its ledger, a branch that goes dark, and the two
+myths (local steps as gradient accumulation; more inner steps as always cheaper).
+
+    >>> from milktea import Digits
+    >>> rows = ledger(Digits(), steps=40)
+    >>> [r["scheme"] for r in rows]
+    ['top2% 2-bit, with the ledger', 'top2% 2-bit, no ledger']
+"""
+from __future__ import annotations
+
+from ..compressors import Chain, Quantize, TopK
+from ..i18n import N_, _
+from ..local import AdamW, DataParallel, DiLoCo, OuterSGD, Outage, simulate
+from . import verdicts
+
+LR = 3e-3
+COLUMNS = (N_("scheme"), N_("outer steps"), N_("kB per worker"), N_("peak kB per exchange"), N_("test accuracy"),
+           N_("test loss"), N_("optimizer steps"))
+
+
+def table(rows: list[dict]) -> list[dict]:
+    """The rows as a table: the columns above that the rows have, headers in the reader's language."""
+    return [{_(k): r[k] for k in COLUMNS if k in r} for r in rows]
+
+
+def _row(name: str, h, **extra) -> dict:
+    per_worker = [sum(b[w] for b in h.bytes_sent) for w in range(h.workers)]
+    peak = max(max(b) for b in h.bytes_sent)
+    return {"scheme": name, "outer steps": h.outer_steps, "kB per worker": sum(per_worker) / h.workers / 1e3,
+            "peak kB per exchange": peak / 1e3, "test accuracy": h.final("accuracy"), "test loss": h.final("loss"),
+            "history": h, **extra}
+
+
+def streaming(task, *, workers: int = 4, steps: int = 400, inner_steps: int = 20, fragments: int = 4,
+              overlap: int = 2, batch: int = 16, seed: int = 0) -> list[dict]:
+    """Plain DiLoCo against Streaming DiLoCo (P fragments in turn, tau steps of overlap),
+    both with 4-bit reports: the same bytes, a P times smaller peak."""
+    q = Quantize(bits=4, chunk=None)
+    runs = {_("all at once (P = 1)"): DiLoCo(inner_steps, AdamW(lr=LR), compressor=q),
+            _("{P} fragments, tau = {tau}").format(P=fragments, tau=overlap):
+                DiLoCo(inner_steps, AdamW(lr=LR), compressor=q, fragments=fragments, overlap=overlap)}
+    return [_row(name, simulate(task, s, workers=workers, steps=steps, batch=batch, seed=seed))
+            for name, s in runs.items()]
+
+
+def sparse_report(ratio: float = 0.02, bits: int = 2) -> Chain:
+    return Chain(TopK(ratio=ratio), Quantize(bits=bits, chunk=None))
+
+
+def ledger(task, *, workers: int = 4, steps: int = 400, inner_steps: int = 10, batch: int = 16,
+           seed: int = 0) -> list[dict]:
+    """SparseLoCo's report (Top-2% of the pseudo-gradient, 2-bit values) with each worker's
+    ledger and without it; head office averages (outer SGD lr 1, no momentum)."""
+    rows = []
+    for name, fb in ((_("top2% 2-bit, with the ledger"), True), (_("top2% 2-bit, no ledger"), False)):
+        s = DiLoCo(inner_steps, AdamW(lr=LR), outer=OuterSGD(1.0, 0.0), compressor=sparse_report(),
+                   error_feedback=fb)
+        rows.append(_row(name, simulate(task, s, workers=workers, steps=steps, batch=batch, seed=seed)))
+    return rows
+
+
+def ledger_sentence(rows: list[dict]) -> str:
+    with_it, without = rows
+    return _("The ledger {effect} on test accuracy ({a:.1%} with it, {b:.1%} without), for the same bytes.").format(
+        effect=verdicts.effect(with_it["test accuracy"], without["test accuracy"], noise=0.005),
+        a=with_it["test accuracy"], b=without["test accuracy"])
+
+
+def outage(task, *, workers: int = 4, steps: int = 400, inner_steps: int = 20, closed=(3, 8), batch: int = 16,
+           seed: int = 0) -> dict:
+    """The same DiLoCo run twice: with every worker open, and with the last worker closed
+    for outer steps closed[0] .. closed[1] - 1. Returns both rows and who was heard."""
+    scheme = DiLoCo(inner_steps, AdamW(lr=LR))
+    down = Outage(workers - 1, *closed)
+    full = simulate(task, scheme, workers=workers, steps=steps, batch=batch, seed=seed)
+    dark = simulate(task, scheme, workers=workers, steps=steps, batch=batch, seed=seed, outages=[down])
+    heard = [{_("outer step"): t // inner_steps, _("workers heard"): ", ".join(map(str, ws))}
+             for t, _f, ws in dark.quorum]
+    return {"rows": [_row(_("every branch open"), full),
+                     _row(_("branch {w} closed for outer steps {a} to {b}").format(w=down.worker, a=down.start,
+                                                                                   b=down.stop - 1), dark)],
+            "heard": heard, "recovery kB": dark.recovery_bytes / 1e3, "outage": down}
+
+
+def outage_sentence(result: dict) -> str:
+    full, dark = result["rows"]
+    return _("With a branch dark, the final test loss is {said}; the reopened branch copied {kb:.0f} kB from a peer.").format(
+        said=verdicts.relative(dark["test loss"], full["test loss"], _("the run without the outage"), limit=0.03),
+        kb=result["recovery kB"])
+
+
+# --- myths ----------------------------------------------------------------------------------
+def accumulation_myth(task, *, workers: int = 4, tokens_steps: int = 400, inner_steps: int = 10,
+                      batch: int = 16, seed: int = 0) -> list[dict]:
+    """Local steps against gradient accumulation at the same tokens and the same bytes: both
+    exchange once per `inner_steps` batches, but accumulation takes one optimizer step per
+    exchange, DiLoCo H of them on every worker."""
+    acc = simulate(task, DataParallel(AdamW(lr=LR)), workers=workers, steps=tokens_steps // inner_steps,
+                   batch=batch * inner_steps, seed=seed)
+    local = simulate(task, DiLoCo(inner_steps, AdamW(lr=LR)), workers=workers, steps=tokens_steps, batch=batch,
+                     seed=seed)
+    return [_row(_("accumulation of {H} batches").format(H=inner_steps), acc, **{"optimizer steps": acc.steps}),
+            _row(_("local steps, H = {H}").format(H=inner_steps), local, **{"optimizer steps": local.steps})]
+
+
+def accumulation_sentence(rows: list[dict]) -> str:
+    acc, local = rows
+    return _("Same tokens, {kb_a:.0f} kB and {kb_l:.0f} kB per worker; local steps took {s_l} optimizer steps to accumulation's {s_a}, and their test loss is {said}.").format(
+        kb_a=acc["kB per worker"], kb_l=local["kB per worker"], s_l=local["optimizer steps"],
+        s_a=acc["optimizer steps"], said=verdicts.relative(local["test loss"], acc["test loss"], _("accumulation")))
+
+
+def inner_steps_myth(task, inner_steps=(1, 5, 20, 100), *, workers: int = 4, steps: int = 400, batch: int = 16,
+                     seed: int = 0) -> list[dict]:
+    """The same tokens with more and more inner steps: bytes fall as 1/H, the loss does not stay put."""
+    return [_row(_("H = {H}").format(H=H), simulate(task, DiLoCo(H, AdamW(lr=LR)), workers=workers, steps=steps,
+                                                    batch=batch, seed=seed), H=H)
+            for H in inner_steps]
