@@ -13,7 +13,7 @@ from milktea import Digits, Quantize, TopK
 from milktea.distributed import WorkerError, launch
 from milktea.local import SGD, AdamW, DiLoCo, LocalRun, Outage
 from milktea.local.dist import RunConfig, train
-from tests.local_workers import die_at
+import local_workers  # noqa: E402  (workers import it by this name)
 
 SCHEME = DiLoCo(inner_steps=2, inner=SGD(lr=0.2), compressor=TopK(ratio=0.1))
 
@@ -30,10 +30,11 @@ def test_processes_train_what_the_simulator_trains():
 
 
 def test_a_dead_rank_is_named_and_the_others_save_and_stop(tmp_path):
+    # about 15 s on 2 idle cores: two launches of 3 ranks, each rank a fresh interpreter
     cfg = RunConfig(task="digits", hidden=16, steps=8, batch=16, checkpoint=str(tmp_path))
     t0 = time.monotonic()
     with pytest.raises(WorkerError) as e:
-        launch(train, 3, args=(SCHEME, cfg), kwargs={"on_step": die_at(2, 3)}, grace=20, timeout=120,
+        launch(train, 3, args=(SCHEME, cfg), kwargs={"on_step": local_workers.die_at(2, 3)}, grace=20, timeout=120,
                collective_timeout=60)
     assert time.monotonic() - t0 < 60                            # nothing hung
     assert e.value.rank == 2 and "SIGKILL" in str(e.value)
