@@ -65,8 +65,15 @@ def _print(res: dict) -> None:
 def main(argv=None) -> None:
     from milktea.distributed.train import launch_timeouts
     from milktea.local.dist import RunConfig, train
-    a = build_parser().parse_args(argv if argv is not None else sys.argv[1:])
-    scheme = scheme_from(a)
+    ap = build_parser()
+    a = ap.parse_args(argv if argv is not None else sys.argv[1:])
+    try:                               # every setting checked here, before a process starts
+        scheme = scheme_from(a)
+        if a.steps % a.inner_steps:
+            raise ValueError(f"--steps {a.steps} is not a multiple of --inner-steps {a.inner_steps}: "
+                             f"a run ends on an outer step")
+    except (TypeError, ValueError) as e:
+        ap.error(str(e))
     cfg = RunConfig(task=a.task, steps=a.steps, batch=a.batch, seed=a.seed, link_gbit=a.link,
                     checkpoint=a.checkpoint, resume=a.resume)
     timeouts = launch_timeouts(a.timeout)
@@ -95,5 +102,5 @@ def main(argv=None) -> None:
 if __name__ == "__main__":
     main()
     if "RANK" in os.environ:          # under torchrun this process joined (and left) a process group
-        from milktea.distributed.launch import end_process
+        from milktea.distributed.worker import end_process
         end_process(0)

@@ -168,7 +168,7 @@ def train(scheme, cfg: RunConfig | dict | None = None, link=None, on_step=None) 
     """Train this rank's worker (the process group must be initialised); the summary of
     the run, the same on every rank: final held-out metrics of head office's parameters,
     loss per step (mean over ranks), bytes this rank sent per exchange step."""
-    from ..distributed.launch import progress
+    from ..distributed.worker import progress
     cfg = cfg if isinstance(cfg, RunConfig) else RunConfig(**(cfg or {}))
     if link is None and cfg.link_gbit is not None:
         from ..distributed.link import EmulatedLink

@@ -77,3 +77,14 @@ def test_a_simulated_run_resumes_in_a_new_process_bit_for_bit(tmp_path):
     out = torch.load(tmp_path / "out.pt", weights_only=True)
     assert torch.equal(out["theta"], whole.theta) and torch.equal(out["rows"], whole.core.rows)
     assert out["loss"] == whole.history.loss
+
+
+def test_the_command_line_trains_on_local_workers():
+    out = subprocess.run([sys.executable, "-m", "milktea.local", "--workers", "2", "--task", "digits", "--steps", "4",
+                          "--inner-steps", "2", "--bits", "8", "--inner-lr", "0.01"],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert "diloco H=2 int8+ef: 2 workers, 4 inner steps (2 outer)" in out.stdout and "fewer than DDP" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "milktea.local", "--workers", "2", "--steps", "5", "--inner-steps", "2"],
+                         capture_output=True, text=True, timeout=180)
+    assert bad.returncode == 2 and "not a multiple of --inner-steps" in bad.stderr    # before any process starts
