@@ -13,19 +13,24 @@ line on stdin. This file never imports milktea (the child has no path to it). It
      writing one JSON line per event to FD (never stdout, which the student's prints use);
      after the public cases it says "hidden" and only then reads the hidden cases (a second
      line on stdin), so nothing printed while they run can reach the feedback.
-Outputs travel as plain data (`encode`/`decode` below); the parent compares them.
+Outputs travel as plain data (wire.py: `encode`/`decode`); the parent compares them.
 The audit hook is a second layer only: what the child can reach is decided by the sandbox.
 """
-import base64
 import builtins
 import json
 import linecache
-import math
 import os
 import resource
 import sys
 import time
 import traceback
+
+try:   # imported by the grader, as milktea.grade.child
+    from . import wire
+except ImportError:   # run as a script (in the sandbox, /grader/child.py beside /grader/wire.py)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import wire
+decode, encode = wire.decode, wire.encode
 
 BLOCK = "[refused] "   # prefix of every refusal, so the parent can name it (never shown)
 # What the child says, as templates: English here, the learner's language from the job's "words"
@@ -42,97 +47,8 @@ WORDS = {
     "signal": "graded code may not send signals to other processes",
     "native": "graded code may not load the native library {path}",
     "event": "graded code may not do this: {event}",
-    "deep": "the result is nested too deeply",
-    "scalar": "a numpy {dtype} scalar cannot be graded",
-    "dtype": "an array of dtype {dtype} cannot be graded (use a number dtype)",
-    "keys": "a dict with non-string keys cannot be graded",
-    "type": "a value of type {type} cannot be graded: return numbers, numpy arrays, lists or tuples",
     "size": "the result is {size} bytes of data; at most {limit} are accepted",
 }
-ARRAY_DTYPES = ("|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8", "<f2", "<f4", "<f8")
-MAX_DEPTH = 16
-
-
-# --- plain data: the only thing that crosses the pipe (both directions) --------------
-
-def encode(value, depth=0):
-    """Python/numpy/torch value -> JSON-able data. Raises TypeError for anything else."""
-    import numpy as np
-    if depth > MAX_DEPTH:
-        raise TypeError(WORDS["deep"])
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else {"__float__": repr(value)}
-    if isinstance(value, np.generic):
-        if value.dtype.kind in "biuf":
-            return encode(value.item(), depth)
-        raise TypeError(WORDS["scalar"].format(dtype=value.dtype))
-    mod = type(value).__module__ or ""
-    if mod.startswith("torch") and hasattr(value, "detach"):   # a torch.Tensor
-        t = value.detach().cpu()
-        if str(t.dtype) == "torch.bfloat16":
-            t = t.float()
-        value = t.numpy()
-    if isinstance(value, np.ndarray):
-        arr = np.array(value, order="C", copy=True)   # keeps 0-d arrays 0-d
-        dt = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
-        if dt.str not in ARRAY_DTYPES:
-            raise TypeError(WORDS["dtype"].format(dtype=arr.dtype))
-        arr = arr.astype(dt, copy=False)
-        return {"__nd__": [dt.str, list(arr.shape), base64.b64encode(arr.tobytes()).decode("ascii")]}
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"__bytes__": base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, (list, tuple)):
-        return [encode(v, depth + 1) for v in value]
-    if isinstance(value, dict):
-        if not all(isinstance(k, str) for k in value):
-            raise TypeError(WORDS["keys"])
-        return {"__map__": {k: encode(v, depth + 1) for k, v in value.items()}}
-    raise TypeError(WORDS["type"].format(type=type(value).__name__))
-
-
-def decode(data, depth=0, budget=None):
-    """JSON data -> Python/numpy value, checking every piece (the other side may be hostile).
-    Raises ValueError on anything that `encode` would not have produced."""
-    import numpy as np
-    budget = [256 << 20] if budget is None else budget     # bytes of arrays allowed in total
-    if depth > MAX_DEPTH + 1:
-        raise ValueError("nested too deeply")
-    if data is None or isinstance(data, (bool, str, float)):
-        return data
-    if isinstance(data, int):
-        if abs(data) >= 1 << 64:
-            raise ValueError("integer out of range")
-        return data
-    if isinstance(data, list):
-        return [decode(v, depth + 1, budget) for v in data]
-    if not isinstance(data, dict) or len(data) != 1:
-        raise ValueError("unexpected object")
-    (tag, body), = data.items()
-    if tag == "__float__" and body in ("nan", "inf", "-inf"):
-        return float(body)
-    if tag == "__bytes__" and isinstance(body, str):
-        return base64.b64decode(body.encode("ascii"), validate=True)
-    if tag == "__map__" and isinstance(body, dict):
-        return {k: decode(v, depth + 1, budget) for k, v in body.items()}
-    if tag == "__nd__" and isinstance(body, list) and len(body) == 3:
-        dt, shape, raw = body
-        if dt not in ARRAY_DTYPES or not isinstance(raw, str) or not isinstance(shape, list):
-            raise ValueError("bad array header")
-        if len(shape) > 8 or not all(type(n) is int and 0 <= n < 1 << 40 for n in shape):
-            raise ValueError("bad array shape")
-        raw = base64.b64decode(raw.encode("ascii"), validate=True)
-        count = math.prod(shape)
-        if len(raw) != count * np.dtype(dt).itemsize:
-            raise ValueError("array bytes do not match its shape")
-        budget[0] -= len(raw)
-        if budget[0] < 0:
-            raise ValueError("arrays too large")
-        return np.frombuffer(raw, dtype=dt).reshape(shape).copy()
-    raise ValueError(f"unknown tag {tag!r}")
 
 
 # --- limits and the audit hook --------------------------------------------------------
@@ -380,7 +296,8 @@ def main():
     lim = job["limits"]
     words = job.get("words")
     if isinstance(words, dict):   # the learner's language, from the parent's catalog
-        WORDS.update({k: v for k, v in words.items() if k in WORDS and isinstance(v, str)})
+        for table in (WORDS, wire.WORDS):
+            table.update({k: v for k, v in words.items() if k in table and isinstance(v, str)})
     import numpy  # noqa: F401  (every exercise uses it; imported before the limits, hook and snapshot)
     if job.get("torch"):
         import torch  # noqa: F401

@@ -31,6 +31,7 @@ import threading
 from dataclasses import dataclass
 
 CHILD_PATH = "/grader/child.py"       # where child.py appears inside the sandbox
+WIRE_PATH = "/grader/wire.py"         # and wire.py, the plain data it sends and reads
 ZYGOTE_PATH = "/grader/zygote.py"     # and zygote.py (root only: see zygote.py)
 ZYGOTE_STAGE = "/grader/stage"        # empty: where the zygote assembles each child's /tmp
 FIRST_UID = 150_000                   # unprivileged ids handed to children when the grader is root
@@ -136,7 +137,8 @@ def command(argv: list[str], sandbox: Sandbox, tmp_mb: int = 64, child_script: s
                 b += ["--perms", "0755", "--dir", parent]
         b += ["--ro-bind", root, root]
     if child_script:
-        b += ["--perms", "0755", "--dir", os.path.dirname(CHILD_PATH), "--ro-bind", child_script, CHILD_PATH]
+        b += ["--perms", "0755", "--dir", os.path.dirname(CHILD_PATH), "--ro-bind", child_script, CHILD_PATH,
+              "--ro-bind", os.path.join(os.path.dirname(child_script), "wire.py"), WIRE_PATH]
     b += ["--chdir", "/tmp"]
     if info_fd is not None:
         b += ["--info-fd", str(info_fd)]

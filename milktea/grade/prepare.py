@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .assignment import Assignment, SetupError, read_trusted, reference, run_tests_file
-from .child import decode, encode
+from .wire import decode, encode
 from .spec import Case, Task
 
 __all__ = ["SetupError", "Prepared", "PreparedTask", "prepare", "fingerprint", "check_hidden_dir"]

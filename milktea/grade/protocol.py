@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 
 from ..i18n import _
-from .child import decode
+from .wire import decode
 
 HIDDEN = "#hidden"    # suffix of the part of a task that holds its hidden cases
 

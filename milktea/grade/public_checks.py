@@ -19,7 +19,7 @@ import numpy as np
 
 from ..i18n import _
 from .assignment import Assignment, SetupError, read_trusted, run_tests_file, strip_hidden, tasks_of
-from .child import decode, encode
+from .wire import decode, encode
 from .prepare import Prepared, PreparedTask, prepare
 from .spec import Case
 
