@@ -1,4 +1,4 @@
-"""Worker functions for tests/test_launch.py (workers import this module by name)."""
+"""Worker functions for tests/integration/test_launch.py and test_pool.py (workers import this module by name)."""
 import os
 import signal
 import time
@@ -32,3 +32,17 @@ def hang_at(rank: int, step: int):
         progress()
         time.sleep(0.02)
     return "finished"
+
+
+def draw():
+    """Three numbers from torch's default generator, as the process finds it."""
+    return torch.randn(3)
+
+
+def sleep_forever():
+    time.sleep(3600)
+
+
+def say_hello():
+    from milktea.distributed.launch import report
+    report(f"hello from {dist.get_rank()}")

@@ -1,6 +1,6 @@
 """Multi-process runtime: launcher, DDP communication hooks, slow links, comparison.
 
-    from milktea.distributed import launch, compress, EmulatedLink, compare
+    from milktea.distributed import launch, Pool, compress, EmulatedLink, compare
 
 `launch` and `compare` are bound here, after their submodules of the same names load, so
 that the functions (not the modules) are what these names mean. NetnsLink loads on first
@@ -10,9 +10,10 @@ from milktea.distributed.compare import compare
 from milktea.distributed.hooks import CompressionState, compress
 from milktea.distributed.launch import WorkerError, WorkerHang, launch
 from milktea.distributed.link import EmulatedLink
+from milktea.distributed.pool import Pool
 
-__all__ = ["CompressionState", "EmulatedLink", "NetnsLink", "WorkerError", "WorkerHang", "compare", "compress",
-           "launch"]
+__all__ = ["CompressionState", "EmulatedLink", "NetnsLink", "Pool", "WorkerError", "WorkerHang", "compare",
+           "compress", "launch"]
 
 
 def __getattr__(name):

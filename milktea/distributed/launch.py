@@ -155,62 +155,18 @@ def launch(fn: Callable, nprocs: int = 2, args: tuple = (), kwargs: dict | None 
     except Exception as e:
         raise TypeError(f"launch could not pickle the function or its arguments ({e}); use a "
                         "module-level function and plain arguments") from e
-    threads = threads or per_rank(local_world=nprocs)
-    backend = pick_backend(nprocs, backend)
-    child_env = {k: str(v) for k, v in (env or {}).items()}
-    if netns is not None:
-        child_env.update(netns.worker_env())
-    else:
-        child_env.setdefault("MASTER_ADDR", "127.0.0.1")
-        child_env.setdefault("MASTER_PORT", str(free_port(child_env["MASTER_ADDR"])))
-    cfg = dict(payload=payload, backend=backend, threads=threads, results=results, env=child_env,
-               collective_timeout=collective_timeout,
-               netns=netns.namespaces if netns is not None else None)
-    ctx = mp.get_context("spawn")
+    cfg = worker_config(nprocs, backend, threads, env, collective_timeout, netns)
+    cfg.update(payload=payload, results=results)
     procs, conns = [], []
     out: dict[int, Any] = {}
     failure: WorkerError | None = None
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
-        # in the environment from the interpreter's start: torch reads some of it at import
-        # NUMBA_NUM_THREADS too: numba's OpenMP threads otherwise spin after every kernel and
-        # slow torch's backward several times over
-        start_env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-                     "NUMBA_NUM_THREADS": str(threads), **child_env}
-        with _environ(start_env):
-            for rank in range(nprocs):
-                parent_end, child_end = ctx.Pipe(duplex=False)
-                p = ctx.Process(target=run_worker, args=(rank, nprocs, child_end, cfg),
-                                name=f"milktea-rank{rank}")
-                p.start()
-                child_end.close()
-                procs.append(p)
-                conns.append(parent_end)
-        live = set(range(nprocs))
-        beats = {r: _Beat() for r in range(nprocs)}
-        started = False
-        while live and failure is None:
-            wait_s = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-            ready = mpc.wait([conns[r] for r in live] + [procs[r].sentinel for r in live], timeout=wait_s)
-            failure = _check(ready, procs, conns, live, out, on_message, beats)
-            if failure is not None:
-                heard: dict = {}
-                failure = _root_cause(failure, procs, conns, live, out, on_message, beats, heard=heard)
-                if grace > 0:
-                    failure.others = _wind_down(failure.rank, grace, procs, conns, live, out, on_message, beats,
-                                                heard)
-                    failure.args = (failure.args[0] + "\n\nthe other ranks: " + "; ".join(
-                        f"rank {r} {how}" for r, how in failure.others.items()),)
-                break
-            now = time.monotonic()
-            if not started and any(b.steps for b in beats.values()):
-                started = True   # the stall clock starts at the first progress of any rank
-                for b in beats.values():
-                    b.changed = max(b.changed, now) if b.steps == 0 else b.changed
-            stalled = stall_timeout is not None and started and \
-                any(now - beats[r].changed > stall_timeout for r in live)
-            if stalled or (deadline is not None and now >= deadline):
-                raise _hang(beats, live, stall_timeout if stalled else timeout, stalled)
+        for rank in range(nprocs):
+            p, parent_end = start_worker(run_worker, rank, nprocs, cfg)
+            procs.append(p)
+            conns.append(parent_end)
+        failure = _supervise(procs, conns, out, on_message, deadline, timeout, stall_timeout, grace)
     finally:
         _stop(procs)
         for c in conns:
@@ -218,6 +174,69 @@ def launch(fn: Callable, nprocs: int = 2, args: tuple = (), kwargs: dict | None 
     if failure is not None:
         raise failure
     return out[0] if results == "rank0" else [out[r] for r in range(nprocs)]
+
+
+def worker_config(nprocs: int, backend: str, threads: int | None, env: dict | None,
+                  collective_timeout: float, netns=None) -> dict:
+    """What every worker needs to join the process group (launch's and Pool's alike)."""
+    threads = threads or per_rank(local_world=nprocs)
+    child_env = {k: str(v) for k, v in (env or {}).items()}
+    if netns is not None:
+        child_env.update(netns.worker_env())
+    else:
+        child_env.setdefault("MASTER_ADDR", "127.0.0.1")
+        child_env.setdefault("MASTER_PORT", str(free_port(child_env["MASTER_ADDR"])))
+    return dict(backend=pick_backend(nprocs, backend), threads=threads, env=child_env,
+                collective_timeout=collective_timeout,
+                netns=netns.namespaces if netns is not None else None)
+
+
+def start_worker(target: Callable, rank: int, nprocs: int, cfg: dict, *extra):
+    """Start rank `rank` as a fresh interpreter running target(rank, nprocs, conn, cfg, *extra);
+    return the process and the parent's end of its pipe."""
+    ctx = mp.get_context("spawn")
+    # in the environment from the interpreter's start: torch reads some of it at import;
+    # NUMBA_NUM_THREADS too: numba's OpenMP threads otherwise spin after every kernel and
+    # slow torch's backward several times over
+    n = str(cfg["threads"])
+    with _environ({"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "NUMBA_NUM_THREADS": n, **cfg["env"]}):
+        parent_end, child_end = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=target, args=(rank, nprocs, child_end, cfg, *extra), name=f"milktea-rank{rank}")
+        p.start()
+    child_end.close()
+    return p, parent_end
+
+
+def _supervise(procs, conns, out, on_message, deadline, timeout, stall_timeout,
+               grace: float = 0.0) -> WorkerError | None:
+    """Wait until every rank has sent its result into `out`; return the first rank's failure
+    (None if all returned; with `grace`, the others' endings in its `others`), raise
+    WorkerHang when the run stalls or passes its deadline."""
+    live = set(range(len(procs)))
+    beats = {r: _Beat() for r in live}
+    started = False
+    while live:
+        wait_s = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+        ready = mpc.wait([conns[r] for r in live] + [procs[r].sentinel for r in live], timeout=wait_s)
+        failure = _check(ready, procs, conns, live, out, on_message, beats)
+        if failure is not None:
+            heard: dict = {}
+            failure = _root_cause(failure, procs, conns, live, out, on_message, beats, heard=heard)
+            if grace > 0:
+                failure.others = _wind_down(failure.rank, grace, procs, conns, live, out, on_message, beats, heard)
+                failure.args = (failure.args[0] + "\n\nthe other ranks: " + "; ".join(
+                    f"rank {r} {how}" for r, how in failure.others.items()),)
+            return failure
+        now = time.monotonic()
+        if not started and any(b.steps for b in beats.values()):
+            started = True   # the stall clock starts at the first progress of any rank
+            for b in beats.values():
+                b.changed = max(b.changed, now) if b.steps == 0 else b.changed
+        stalled = stall_timeout is not None and started and \
+            any(now - beats[r].changed > stall_timeout for r in live)
+        if stalled or (deadline is not None and now >= deadline):
+            raise _hang(beats, live, stall_timeout if stalled else timeout, stalled)
+    return None
 
 
 def _check(ready, procs, conns, live, out, on_message, beats) -> WorkerError | None:

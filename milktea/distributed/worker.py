@@ -96,28 +96,45 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def join_group(rank: int, world: int, cfg: dict) -> None:
+    """In a new worker process: its namespace and environment, then the process group."""
+    if cfg["netns"]:
+        from milktea.distributed.netns import enter_namespace
+        enter_namespace(cfg["netns"][rank])
+    os.environ.update(cfg["env"])
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_WORLD_SIZE=str(world), GROUP_RANK="0")
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(cfg["threads"])
+    init = dict(backend=cfg["backend"], rank=rank, world_size=world,
+                timeout=datetime.timedelta(seconds=cfg["collective_timeout"]))
+    if cfg["backend"] == "nccl":
+        torch.cuda.set_device(rank)
+        init["device_id"] = torch.device("cuda", rank)
+    dist.init_process_group(**init)
+
+
+def send_error(conn, rank: int, e: BaseException) -> None:
+    """Tell the parent how this rank failed (the exception itself too, where it pickles)."""
+    tb = traceback.format_exc()
+    try:
+        original = pickle.dumps(e)
+    except Exception:  # noqa: BLE001
+        original = None
+    with contextlib.suppress(Exception):
+        _send(conn, ("error", rank, type(e).__name__, str(e), tb, original))
+
+
 def run_worker(rank: int, world: int, conn, cfg: dict) -> None:
     """A rank's process: join the group, run the function, send back its result or error."""
     global _conn
     _conn = conn
     _die_with_parent()
     try:
-        if cfg["netns"]:
-            from milktea.distributed.netns import enter_namespace
-            enter_namespace(cfg["netns"][rank])
-        os.environ.update(cfg["env"])
-        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
-                          LOCAL_WORLD_SIZE=str(world), GROUP_RANK="0")
-        import torch
+        join_group(rank, world, cfg)
         import torch.distributed as dist
-        torch.set_num_threads(cfg["threads"])
         fn, args, kwargs = pickle.loads(cfg["payload"])
-        init = dict(backend=cfg["backend"], rank=rank, world_size=world,
-                    timeout=datetime.timedelta(seconds=cfg["collective_timeout"]))
-        if cfg["backend"] == "nccl":
-            torch.cuda.set_device(rank)
-            init["device_id"] = torch.device("cuda", rank)
-        dist.init_process_group(**init)
         _beating.set()
         threading.Thread(target=_heartbeat, args=(conn, rank, threading.get_ident()),
                          name="milktea-heartbeat", daemon=True).start()
@@ -129,13 +146,7 @@ def run_worker(rank: int, world: int, conn, cfg: dict) -> None:
         conn.close()
         end_process(0)  # a normal exit can abort in gloo's threads: see end_process
     except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
-        tb = traceback.format_exc()
-        try:
-            original = pickle.dumps(e)
-        except Exception:  # noqa: BLE001
-            original = None
-        with contextlib.suppress(Exception):
-            _send(conn, ("error", rank, type(e).__name__, str(e), tb, original))
+        send_error(conn, rank, e)
         conn.close()
         os._exit(1)  # skip atexit handlers that could block on a dead peer
     conn.close()

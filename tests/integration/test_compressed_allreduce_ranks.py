@@ -16,9 +16,8 @@ SPECS = [("sign", Sign(), True), ("topk", TopK(0.05), True), ("int8", Quantize(8
 @pytest.mark.distributed
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("workers", [2, 3])
-def test_gloo_ranks_get_what_one_process_computes(workers):
-    from milktea.distributed import launch
-    out = launch(cw.allreduce_vs_one_process, workers, args=(SPECS,), timeout=170)
+def test_gloo_ranks_get_what_one_process_computes(workers, ranks):
+    out = ranks(workers).run(cw.allreduce_vs_one_process, args=(SPECS,), timeout=170)
     for label, res in out.items():
         assert max(res["diffs"]) == 0.0, (label, res["diffs"])     # the same arithmetic, bit for bit
         assert res["same_everywhere"], label
@@ -31,10 +30,9 @@ def test_gloo_ranks_get_what_one_process_computes(workers):
 @pytest.mark.distributed
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("workers", [2, 3])
-def test_ddp_hook_runs_the_protocol(workers):
-    from milktea.distributed import launch
+def test_ddp_hook_runs_the_protocol(workers, ranks):
     codecs = [("sign", Sign()), ("topk", TopK(0.1)), ("int8", Quantize(8))]
-    out = launch(cw.hook_vs_one_process, workers, args=(codecs,), timeout=170)
+    out = ranks(workers).run(cw.hook_vs_one_process, args=(codecs,), timeout=170)
     for label, res in out.items():
         assert res["protocol"] == "compressed_allreduce", label
         assert len(res["compressed"]) >= 3, (label, res["compressed"])   # the three weight matrices

@@ -95,8 +95,8 @@ SPECS3 = [s for s in SPECS if s[0] in ("topk-approx", "randomk", "int4-stochasti
 
 
 @pytest.mark.parametrize("workers", [2, 3])
-def test_hook_average_equals_single_process_aggregation(workers):
-    out = launch(w.hooks_vs_reference, workers, args=(SPECS if workers == 2 else SPECS3,), timeout=170)
+def test_hook_average_equals_single_process_aggregation(workers, ranks):
+    out = ranks(workers).run(w.hooks_vs_reference, args=(SPECS if workers == 2 else SPECS3,), timeout=170)
     for label, res in out.items():
         assert res["compressed"] and res["buckets"] >= 2, label
         errs, scale = res["errors"], res["scale"]
@@ -114,36 +114,36 @@ def test_hook_average_equals_single_process_aggregation(workers):
     assert out["topk-approx"]["ratio"] > 5 and out["sign"]["ratio"] > 25 and out["bf16"]["ratio"] == 2.0
 
 
-def test_hook_state_round_trip():
+def test_hook_state_round_trip(ranks):
     comps = (TopK(0.05), PowerSGD(2), RandomK(0.05))
-    for comp, res in zip(comps, launch(w.state_round_trips, 2, args=(comps,), timeout=150)):
+    for comp, res in zip(comps, ranks(2).run(w.state_round_trips, args=(comps,), timeout=150)):
         assert res["step"] == 3 and res["residual_norm"] > 0 and res["compressed_at_once"], comp
         assert res["max_diff"] == 0.0, (comp, res)             # restored == never interrupted
         assert res["unrestored_diff"] > 0.0, (comp, res)       # and the ledger did matter
 
 
-def test_dense_for_the_first_steps():
-    rows = launch(w.start_step_check, 2, args=(3,), timeout=120)
+def test_dense_for_the_first_steps(ranks):
+    rows = ranks(2).run(w.start_step_check, args=(3,), timeout=120)
     assert [c for c, _ in rows] == [False, False, False, True, True]
     assert all(err < 1e-6 for _, err in rows[:3])      # dense steps: the exact mean
     assert rows[3][1] > 1e-4                           # compressed: not the mean any more
 
 
-def test_bad_arguments_and_nan_gradients():
+def test_bad_arguments_and_nan_gradients(ranks):
     from milktea.ddp import compress
     with pytest.raises(TypeError, match="DistributedDataParallel"):
         compress(torch.nn.Linear(2, 2), TopK(0.1))
     for ef in (False, True):   # with error feedback the NaN must not hide in the ledger
         with pytest.raises(WorkerError, match=r"rank 1 failed: .*milktea hook on rank 1.*ValueError.*non-finite"):
             launch(w.nan_gradient, 2, args=(ef,), timeout=120)
-    said = launch(w.hook_refusals, 1, timeout=120)
+    said = ranks(1).run(w.hook_refusals, timeout=120)
     assert [kind for kind, _ in said] == ["ValueError", "TypeError", "TypeError", "ValueError"]
     assert "start_step must be >= 0, got -1" in said[0][1] and "min_size must be an int" in said[1][1]
     assert "policy must be one of ('always', 'auto')" in said[3][1]
 
 
-def test_emulated_link_makes_collectives_take_what_the_link_would():
-    res = launch(w.emulated_collectives, 2, args=(50e6, 2e-3, 1 << 20), timeout=120)
+def test_emulated_link_makes_collectives_take_what_the_link_would(ranks):
+    res = ranks(2).run(w.emulated_collectives, args=(50e6, 2e-3, 1 << 20), timeout=120)
     for kind in ("allreduce", "allgather", "torch_allreduce"):
         measured, predicted = res[kind]
         assert predicted > 0.005 and measured >= predicted, (kind, measured, predicted)
@@ -152,15 +152,15 @@ def test_emulated_link_makes_collectives_take_what_the_link_would():
     assert res["logged"] > 0.02 and res["torch_logged"] == 1 and res["untouched"]
 
 
-def test_measure_allreduce_takes_the_fastest_try_of_the_slowest_rank():
-    out = launch(w.measured_allreduce, 2, args=(1e-3,), results="all", timeout=120)
+def test_measure_allreduce_takes_the_fastest_try_of_the_slowest_rank(ranks):
+    out = ranks(2).run(w.measured_allreduce, args=(1e-3,), results="all", timeout=120)
     assert out[0]["sizes"] == [4096, 2 << 20] and out[0]["tries"] == [6, 2]   # small messages: 3x
     assert out[0]["times"] == out[1]["times"]                                 # every rank agrees
     assert all(t >= 0.02 for t in out[0]["times"])                            # rank 1's, the slowest
 
 
-def test_a_step_is_priced_with_the_slowest_ranks_codec_time():
-    out = launch(w.slowest_codec, 2, results="all", timeout=120)
+def test_a_step_is_priced_with_the_slowest_ranks_codec_time(ranks):
+    out = ranks(2).run(w.slowest_codec, results="all", timeout=120)
     assert out[0] == out[1]
     assert out[0] == [(0, 2.0, 2.0), (1, 2.0, 2.0)]   # the max of each, on every rank
 

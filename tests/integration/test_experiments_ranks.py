@@ -1,6 +1,4 @@
-"""PowerSGD's teaching functions (checked against the SVD and brute force), the bare hook API
-(a hook on a fake bucket, then on two real gloo workers beside PyTorch's), DGC's ablation and
-the A/B verdicts."""
+"""Chapter 06's bare hook API on two real gloo workers, beside PyTorch's fp16 hook."""
 
 import pytest
 import torch
@@ -15,11 +13,10 @@ def _fp16_hook(state, bucket):
 
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
-def test_hook_demo_on_two_gloo_workers():
+def test_hook_demo_on_two_gloo_workers(ranks):
     import inspect
-    from milktea.distributed import launch
     source = inspect.getsource(_fp16_hook).replace("_fp16_hook", "hook")
-    out = launch(commhook.hook_demo, 2, kwargs=dict(hook_source=source, hook_name="hook"), timeout=240)
+    out = ranks(2).run(commhook.hook_demo, kwargs=dict(hook_source=source, hook_name="hook"), timeout=240)
     assert out["your hook vs PyTorch's fp16 hook (max |diff|)"] == 0.0
     assert 0 < out["your hook vs dense (relative error)"] < 1e-2
     assert out["your hook sent"] == ["torch.float16"] and out["your hook bytes"] * 2 == out["dense bytes"]

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from milktea import Chain, PowerSGD, Quantize, Sign, TopK
-from milktea.distributed import launch
 from milktea.distributed.launch import free_port
 
 import dist_workers as w  # noqa: E402  (workers import it by this name)
@@ -26,8 +25,8 @@ SPECS = [
 ]
 
 
-def test_hook_average_equals_the_mean_of_decoded_packets_on_the_gpt():
-    out = launch(w.hooks_vs_reference, 2, args=(SPECS,), kwargs=dict(network="gpt"), timeout=280)
+def test_hook_average_equals_the_mean_of_decoded_packets_on_the_gpt(ranks):
+    out = ranks(2).run(w.hooks_vs_reference, args=(SPECS,), kwargs=dict(network="gpt"), timeout=280)
     for label, res in out.items():
         assert res["compressed"] and res["buckets"] >= 2, label
         errs, scale = res["errors"], res["scale"]

@@ -105,9 +105,10 @@ def test_the_world_holds_python_and_nothing_else(secret_env):
 @pytest.mark.parametrize("path", [
     str(SOLUTIONS / "03_topk.ipynb"), str(HIDDEN / "03_topk.py"), str(ROOT / "pyproject.toml"),
     "/etc/passwd", "/etc/shadow", "/root/.bash_history", "/proc/1/environ", "/proc/self/environ",
-    f"/proc/{os.getpid()}/environ", "/sys/kernel/notes",
+    "/proc/GRADER/environ", "/sys/kernel/notes",
 ])
 def test_files_outside_the_world_are_not_there(secret_env, path):
+    path = path.replace("GRADER", str(os.getpid()))   # the grader's own process (an id stable across workers)
     got = value(attack(f"""
         try:
             with open({path!r}, 'rb') as f:

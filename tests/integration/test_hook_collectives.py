@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from milktea import Cast, PowerSGD, TopK
-from milktea.distributed import launch
 
 import dist_workers as w  # noqa: E402
 
@@ -25,8 +24,8 @@ TOLERANCE = {"topk": 1e-5, "powersgd": 1e-4, "fp16": 5e-3, "dense": 1e-6}
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=["2 ranks", "3 ranks"])
-def results(request):
-    out = launch(_run_all, request.param, timeout=550)
+def results(request, ranks):
+    out = ranks(request.param).run(_run_all, timeout=550)
     return request.param, out
 
 

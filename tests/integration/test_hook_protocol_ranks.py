@@ -2,11 +2,10 @@
 2 gloo ranks and in `compare` beside dense, with no library file touched."""
 from every_other import EveryOther, hook_vs_packets
 
-from milktea.distributed import launch
 
 
-def test_the_ddp_hook_runs_it_on_two_gloo_ranks():
-    res = launch(hook_vs_packets, 2, timeout=170)
+def test_the_ddp_hook_runs_it_on_two_gloo_ranks(ranks):
+    res = ranks(2).run(hook_vs_packets, timeout=170)
     assert res["compressed"] and res["worst"] <= 1e-6, res
 
 

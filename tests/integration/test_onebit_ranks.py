@@ -6,10 +6,9 @@ import pytest
 
 @pytest.mark.distributed
 @pytest.mark.timeout(180)
-def test_on_two_gloo_ranks():
+def test_on_two_gloo_ranks(ranks):
     import car_workers as cw
-    from milktea.distributed import launch
-    out = launch(cw.onebit_adam_on_ranks, 2, timeout=170, results="all")
+    out = ranks(2).run(cw.onebit_adam_on_ranks, timeout=170, results="all")
     for res in out:
         assert res["same"] and res["v_frozen"] and res["compressing"]
         assert res["losses"][-1] < res["losses"][0]
