@@ -44,5 +44,5 @@ def sleep_forever():
 
 
 def say_hello():
-    from milktea.distributed.launch import report
+    from milktea.distributed.worker import report
     report(f"hello from {dist.get_rank()}")
