@@ -195,9 +195,8 @@ def start_worker(target: Callable, rank: int, nprocs: int, cfg: dict, *extra):
     """Start rank `rank` as a fresh interpreter running target(rank, nprocs, conn, cfg, *extra);
     return the process and the parent's end of its pipe."""
     ctx = mp.get_context("spawn")
-    # in the environment from the interpreter's start: torch reads some of it at import;
-    # NUMBA_NUM_THREADS too: numba's OpenMP threads otherwise spin after every kernel and
-    # slow torch's backward several times over
+    # set at the interpreter's start: torch reads them at import, and numba's OpenMP threads
+    # (NUMBA_NUM_THREADS) otherwise spin after every kernel and slow torch's backward
     n = str(cfg["threads"])
     with _environ({"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "NUMBA_NUM_THREADS": n, **cfg["env"]}):
         parent_end, child_end = ctx.Pipe(duplex=False)
@@ -209,9 +208,8 @@ def start_worker(target: Callable, rank: int, nprocs: int, cfg: dict, *extra):
 
 def _supervise(procs, conns, out, on_message, deadline, timeout, stall_timeout,
                grace: float = 0.0) -> WorkerError | None:
-    """Wait until every rank has sent its result into `out`; return the first rank's failure
-    (None if all returned; with `grace`, the others' endings in its `others`), raise
-    WorkerHang when the run stalls or passes its deadline."""
+    """Wait for every rank's result in `out`; return the first rank's failure (None if all
+    returned; with `grace`, the others' endings in its `others`); WorkerHang on a stall."""
     live = set(range(len(procs)))
     beats = {r: _Beat() for r in live}
     started = False

@@ -26,7 +26,9 @@ def _refuse(name):
 
 def _warm_caches():
     """Library code that runs a helper program once and caches the answer (matplotlib asks
-    fc-list for the system's fonts): run it before any test, so no test pays for it."""
+    fc-list for the system's fonts, platform asks uname): run it before any test, so no test pays for it."""
+    import platform
+    platform.platform()   # asks `uname -p` once
     try:
         from matplotlib import font_manager
         font_manager.findSystemFonts()
