@@ -50,9 +50,10 @@ def find_submissions(root: str, known, chapter: str | None = None):
 
 
 def refusal(box) -> str:
-    return (f"student code can't be isolated on this machine: {box.why}. Grade on Linux with bubblewrap "
-            f"({isolation.INSTALL}; `python -m milktea doctor` tells whether it works here), or, only if "
-            "you trust every submission, pass --trust-submissions: the run is then marked as not isolated")
+    how = "" if isolation.INSTALL in box.why else f" ({isolation.INSTALL})"   # said once, not twice
+    return (f"student code can't be isolated on this machine: {box.why}. Grade on Linux with bubblewrap{how}; "
+            "`python -m milktea doctor` tells whether it works here. Only if you trust every submission, "
+            "pass --trust-submissions: the run is then marked as not isolated")
 
 
 def _by_roster(found: dict, roster) -> tuple[dict, dict]:

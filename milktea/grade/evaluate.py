@@ -292,5 +292,7 @@ def _case_text(t, case, problem, o, limits) -> str:
         return _("{head}\n    {message}: graded code must return its answer, not write to the grader").format(head=head, message=o.message)
     if o.kind == "budget":
         return _("{head}\n    not run: {message}").format(head=head, message=o.message)
-    return _("{head}\n    raised {message}{at}").format(head=head, message=o.message, at=at)
+    hint = _(" (only the graded cells run: define helpers and imports inside them)") \
+        if o.message.startswith("NameError") else ""
+    return _("{head}\n    raised {message}{at}").format(head=head, message=o.message + hint, at=at)
 

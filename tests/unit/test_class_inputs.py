@@ -109,3 +109,14 @@ def test_results_json_has_a_part_per_visibility():
     adjusted = report.results_json("a", record, {"1": report.Override(1.5, "ok")})
     assert [(t["score"], t["max_score"]) for t in adjusted["tests"]] == [(1.5, 2)]
     assert adjusted["extra_data"]["overrides"] == [{"task": "1", "points": 1.5, "comment": "ok", "autograder": 1.2}]
+
+
+def test_the_score_column_lines_up_in_chinese_too():
+    from milktea import i18n
+    from milktea.grade.check import format_result
+    from milktea.tables import display_width
+    tasks = [TaskResult(f"0{i}.1", "f", title, 2, total=1, public_total=1) for i, title in
+             enumerate(["阈值", "留下最大的，其余置零", "Top-K threshold", "送上线路的内容"], 1)]
+    with i18n.speaking("zh"):
+        lines = format_result(NotebookResult("hw", "hw.ipynb", tasks)).splitlines()
+    assert len({display_width(line.split("...")[0] + "." * line.count(".")) for line in lines}) == 1, lines
