@@ -25,7 +25,7 @@ _WHERE = {
                      "step_time", "waiting_fraction"], "cost"),
     "pick_device": "device",
     "collective_for": "distributed.protocols",
-    **dict.fromkeys(["ErrorFeedback", "DGC", "warmup_ratio"], "feedback"),
+    **dict.fromkeys(["ErrorFeedback", "DGC", "MomentumCorrected", "warmup_ratio"], "feedback"),
     "Packet": "packet",
     **dict.fromkeys(["History", "simulate"], "simulate"),
     **dict.fromkeys(["Digits", "Quadratic", "Task"], "tasks"),

@@ -94,16 +94,17 @@ def options(codec_ns: dict, layer_shapes=((4096, 4096),), powersgd_rank: int = 4
     # 1 byte + a float32 scale per 1024 for int8, 1 bit + one scale for sign
     return [
         Option("dense", 1.0, "allreduce", ns["dense"], 0, N_("nothing")),
-        Option("bf16", 2.0, "allreduce", ns["bf16"], 1, N_("nothing in practice (bf16 keeps fp32's range)")),
+        Option("bf16", 2.0, "allreduce", ns["bf16"], 1, N_("one line; compare the loss curve with fp32 (7 mantissa bits, rounded again at every step of the sum)")),
         Option("powersgd", powersgd_ratio(layer_shapes, powersgd_rank), "allreduce", ns["powersgd"], 3,
-               N_("error feedback, a few dense warm-up steps, a rank tuned to the model")),
+               N_("error feedback, dense warm-up steps (PyTorch's start_powerSGD_iter: 1000 by default, about 10% of "
+                  "training advised), a rank tuned to the model")),
         Option("int8", 4 / (1 + 4 / 1024), "allgather", ns["int8"], 2, N_("a chunk size (e.g. 1024) for the scales")),
         Option("topk1%+EF", 100 * 4 / 5, "allgather", ns["topk1%+EF"], 4,
-               N_("error feedback, warm-up, dense biases and norms")),
+               N_("error feedback, momentum correction, warm-up, dense biases and norms")),
         Option("topk1%+int8+EF", 100 * 4 / 2.05, "allgather", ns["topk1%+int8+EF"], 4,
-               N_("error feedback, warm-up, dense biases and norms")),
+               N_("error feedback, momentum correction, warm-up, dense biases and norms")),
         Option("sign+EF", 32.0, "allgather", ns["sign+EF"], 4,
-               N_("error feedback (without it sign SGD stalls), a tuned learning rate")),
+               N_("error feedback (without it sign SGD stalls), momentum correction, a tuned learning rate")),
     ]
 
 
@@ -229,16 +230,20 @@ def local_sentence(step_row: dict, local_row: dict, tolerance: float = 0.1) -> s
 
 
 # Bytes each codec moves through memory per parameter, compress and decode together, for
-# kernels that stream the fp32 gradient (a modelling assumption for GPUs, where these codecs
-# are memory-bound): read it to find the scale or threshold, read it again to encode, write
-# the payload; decode writes the fp32 result (sparse: zero-fill, then scatter).
+# kernels that stream the fp32 gradient: read it to find the scale or threshold, read it
+# again to encode, write the payload; decode writes the fp32 result (sparse: zero-fill, then
+# scatter). An ASSUMPTION, not a measurement: casts and quantizers do stream, but an exact
+# Top-K on a GPU is a selection (radix select or sort) and runs slower than a stream; no GPU
+# has timed these kernels for the course.
 BYTES_MOVED = {"bf16": 4 + 2 + 2 + 4, "powersgd": 4 + 4 + 4, "int8": 4 + 4 + 1 + 1 + 4,
                "topk1%+EF": 4 + 4 + 4 + 4, "topk1%+int8+EF": 4 + 4 + 4 + 4 + 2, "sign+EF": 4 + 4 + 0.25 + 4}
 
 
 def memory_bound_codecs(mem_gbps: float = 2000.0) -> dict:
     """Codec nanoseconds per parameter on a device with `mem_gbps` GB/s of memory bandwidth,
-    assuming memory-bound kernels that move BYTES_MOVED bytes per parameter.
+    *assuming* memory-bound kernels that move BYTES_MOVED bytes per parameter: the best case
+    for a GPU, labelled as an assumption wherever the course uses it (an exact Top-K
+    selection is slower than a streaming pass; nothing here was timed on a GPU).
 
     >>> round(memory_bound_codecs(2000)["topk1%+EF"], 4)    # 16 bytes at 2 TB/s
     0.008

@@ -186,3 +186,45 @@ class DGC(ErrorFeedback):
     def load_state_dict(self, state):
         super().load_state_dict(state)
         self.velocity = None if state.get("velocity") is None else state["velocity"].clone()
+
+
+class MomentumCorrected(ErrorFeedback):
+    """Error feedback with DGC's momentum correction, for any compressor: each worker keeps a
+    velocity u <- m u + g and feeds u, not g, into its ledger; train with no optimizer
+    momentum (the momentum lives here). DGC is this with Top-K and its three other helpers.
+
+    >>> from milktea import Sign
+    >>> mc = MomentumCorrected(Sign(), momentum=0.5)
+    >>> _ = mc.compress(torch.tensor([1.0, -1.0])); _ = mc.compress(torch.tensor([1.0, -1.0]))
+    >>> mc.velocity
+    tensor([ 1.5000, -1.5000])
+    """
+
+    def __init__(self, compressor: Compressor, momentum: float = 0.9):
+        super().__init__(compressor)
+        self.momentum = check_number(momentum, "momentum", 0.0, 1.0, open_high=True)
+        self.velocity: torch.Tensor | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.compressor.name}+ef+mc"
+
+    def compress(self, grad: torch.Tensor) -> Packet:
+        grad = check_grad(grad, "gradient", self.compressor.nonfinite)
+        with torch.no_grad():
+            if self.velocity is None or self.velocity.shape != grad.shape:
+                self.velocity = torch.zeros_like(grad, dtype=torch.float32)
+            self.velocity.mul_(self.momentum).add_(grad)
+        packet = self.ledger.step(self.compressor, self.velocity)
+        self.steps += 1
+        return packet
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state["velocity"] = None if self.velocity is None else self.velocity.clone()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.velocity = None if state.get("velocity") is None else state["velocity"].clone()
+

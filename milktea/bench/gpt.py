@@ -24,7 +24,7 @@ def run(workers: int = 8, steps: int = 30, batch: int = 4, lr: float = 0.1, mome
         ratio: float = 0.01, rank: int = 4, seed: int = 0, warmup: int = 20) -> dict:
     task = CharGPT(seed=seed)
     start = task.evaluate(task.model())
-    rows = side_by_side(task, default_schemes(ratio, rank), workers=workers, steps=steps, batch=batch, lr=lr,
+    rows = side_by_side(task, default_schemes(ratio, rank, momentum), workers=workers, steps=steps, batch=batch, lr=lr,
                         momentum=momentum, seed=seed, eval_every=max(1, steps // 4))
     stats = gradient_stats(task, workers=workers, batch=batch, rank=rank, warmup_steps=warmup, seed=seed)
     for r in rows:

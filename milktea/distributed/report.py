@@ -139,8 +139,10 @@ class Comparison:
         return row["step_ms"] * row["speedup"] / self._floor_ms(row)     # dense's step / the floor's
 
     def floor_line(self) -> str:
-        """The bound, in words, for the fastest compressed scheme of the table."""
-        rows = [r for r in self.rows if "speedup" in r and r["scheme"] != "dense"]
+        """The bound, in words, for the fastest scheme of the table that keeps a ledger (the
+        floor is error feedback's own memory work: a scheme without a ledger is not bound by it)."""
+        from milktea.distributed.schemes import uses_ledger
+        rows = [r for r in self.rows if "speedup" in r and r["scheme"] != "dense" and uses_ledger(r["scheme"])]
         if self.floor_s is None or not rows:
             return ""
         best = max(rows, key=lambda r: r["speedup"])

@@ -43,14 +43,24 @@ def repriced_times(comparison, link: cost.Link, keep_residual: bool = True) -> d
     return out
 
 
-def reprice(comparison, gbits, latency: float | None = None, keep_residual: bool = True) -> dict:
-    """Speedup over dense of each scheme of a measured comparison, re-priced on links of other
-    bandwidths (see `repriced_times`). Returns {"gbit": [...], label: [speedup, ...]}."""
+def reprice(comparison, gbits, latency: float | None = None, keep_residual: bool = True,
+            baseline: str | None = None) -> dict:
+    """Speedup over a baseline of each scheme of a measured comparison, re-priced on links of
+    other bandwidths (see `repriced_times`). `baseline`: the label of the run to divide by (by
+    default the dense fp32 run; pass the bf16 run's label for speedups over bf16). Returns
+    {"gbit": [...], label: [speedup, ...]} for every other run."""
     latency = comparison.model_link.latency if latency is None else latency
     per_link = [repriced_times(comparison, cost.Link.gbit(b, latency), keep_residual) for b in gbits]
-    dense = next((k for k in per_link[0] if k.startswith("dense")), None)
-    if dense is None:
-        raise ValueError("the comparison has no dense run to compare against")
+    if baseline is None:
+        rows = getattr(comparison, "rows", None) or []
+        dense = next((r["label"] for r in rows if r.get("scheme") == "dense" and r["label"] in per_link[0]),
+                     next((k for k in per_link[0] if k.startswith("dense")), None))
+        if dense is None:
+            raise ValueError("the comparison has no dense run to compare against")
+    elif baseline not in per_link[0]:
+        raise ValueError(f"baseline {baseline!r} is not a finished run of this comparison: {list(per_link[0])}")
+    else:
+        dense = baseline
     out = {"gbit": list(gbits)}
     for label in per_link[0]:
         if label != dense:

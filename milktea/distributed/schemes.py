@@ -35,7 +35,12 @@ MILKTEA = {
     "fp16": ("fp16", lambda r, k: Cast(torch.float16), False),
     "bf16": ("bf16", lambda r, k: Cast(torch.bfloat16), False),
     "auto": ("auto (approx Top-{pct}+EF where it pays)", lambda r, k: TopK(r, approximate=True), True),
+    # biased schemes run as chapter 04 recommends: the momentum before the compressor
+    # (distributed.momentum.MomentumCorrection), the optimizer without momentum
+    "topk-mc": ("approx Top-{pct}+EF, momentum corrected", lambda r, k: TopK(r, approximate=True), True),
+    "sign-mc": ("Sign+EF, momentum corrected", lambda r, k: Sign(), True),
 }
+MOMENTUM_CORRECTED = ("topk-mc", "sign-mc")
 TORCH = {
     "torch-fp16": "PyTorch fp16_compress_hook",
     "torch-bf16": "PyTorch bf16_compress_hook",
@@ -110,6 +115,28 @@ def adopt(entries: dict) -> None:
     SCHEMES = tuple(MILKTEA) + tuple(TORCH)
 
 
+def corrects_momentum(name: str) -> bool:
+    """Whether scheme `name` keeps the momentum in its hook (the optimizer then has none).
+
+    >>> corrects_momentum("topk-mc"), corrects_momentum("topk")
+    (True, False)
+    """
+    return name in MOMENTUM_CORRECTED
+
+
+def uses_ledger(name: str) -> bool:
+    """Whether scheme `name` keeps an error-feedback ledger: milktea's schemes say so when
+    registered; of PyTorch's hooks, the PowerSGD ones do (built with use_error_feedback=True),
+    fp16 and bf16 do not.
+
+    >>> uses_ledger("topk"), uses_ledger("int8"), uses_ledger("torch-powersgd"), uses_ledger("torch-fp16")
+    (True, False, True, False)
+    """
+    if name in MILKTEA:
+        return bool(MILKTEA[name][2])
+    return name in ("torch-powersgd", "torch-batched-powersgd")
+
+
 def label(name: str, ratio: float = 0.01, rank: int = 4) -> str:
     text = MILKTEA[name][0] if name in MILKTEA else TORCH[name]
     return text.format(pct=f"{100 * ratio:g}%", rank=rank)
@@ -182,8 +209,10 @@ def _torch_hook(name, model, rank, start_step, link, log):
 
 
 def build(name: str, model, *, ratio: float = 0.01, rank: int = 4, link: EmulatedLink | None = None,
-          model_link=None, start_step: int = 1, min_size: int = 1024, keep_stats: int | None = None) -> Handle:
-    """Register scheme `name` (see SCHEMES) on DDP `model`."""
+          model_link=None, start_step: int = 1, min_size: int = 1024, keep_stats: int | None = None,
+          momentum: float = 0.9) -> Handle:
+    """Register scheme `name` (see SCHEMES) on DDP `model`. `momentum`: the velocity's factor
+    of a momentum-corrected scheme (see `corrects_momentum`; its optimizer takes none)."""
     if name not in SCHEMES:
         raise ValueError(f"unknown scheme {name!r}; choose from {', '.join(SCHEMES)}")
     log = StatsLog(keep=keep_stats)
@@ -195,6 +224,11 @@ def build(name: str, model, *, ratio: float = 0.01, rank: int = 4, link: Emulate
                        keep_stats=keep_stats)
         if name == "auto":
             options.update(policy="auto", model_link=model_link)
-        state = hooks.compress(model, factory(ratio, rank), **options)
+        if corrects_momentum(name):
+            from milktea.distributed.momentum import MomentumCorrection, call
+            state = hooks.CompressionState(model, factory(ratio, rank), **options)
+            model.register_comm_hook(MomentumCorrection(state.hook, momentum), call)
+        else:
+            state = hooks.compress(model, factory(ratio, rank), **options)
         log = state.stats
     return Handle(name, label(name, ratio, rank), log, state)

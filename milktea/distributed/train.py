@@ -163,8 +163,11 @@ class Run:
         self.model = DDP(self.net, device_ids=[self.device.index] if self.device.type == "cuda" else None,
                          bucket_cap_mb=cfg.bucket_cap_mb, gradient_as_bucket_view=True)
         self.handle = schemes.build(cfg.scheme, self.model, ratio=cfg.ratio, rank=cfg.powersgd_rank, link=link,
-                                    model_link=model_link, start_step=cfg.start_step, min_size=cfg.min_size)
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+                                    model_link=model_link, start_step=cfg.start_step, min_size=cfg.min_size,
+                                    momentum=cfg.momentum)
+        # a momentum-corrected scheme keeps the momentum in its hook; the optimizer then has none
+        momentum = 0.0 if schemes.corrects_momentum(cfg.scheme) else cfg.momentum
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=momentum)
         self.data = _batches(x.to(self.device), y.to(self.device), cfg.batch, cfg.seed, rank)
         self.records: list[dict] = []
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 import math
 
 from .. import cost
-from ..i18n import _
+from ..i18n import N_, _
 from ..timing import median
 from . import verdicts
 
-BF16 = ("torch-bf16", "bf16")        # the schemes that count as the bf16 baseline, first found wins
+BF16 = ("torch-bf16", "bf16")
+COLUMNS = (N_("vs fp32"), N_("vs bf16"), N_("noise"), N_("step ms"))   # table columns, for the catalog        # the schemes that count as the bf16 baseline, first found wins
 
 
 def _ok(comparison) -> list[dict]:
@@ -60,8 +61,9 @@ def speedup_rows(comparison) -> list[dict]:
     return rows
 
 
-def ab_verdict(comparison) -> str:
-    """Dense's step, bf16's, and the fastest scheme against both, in one paragraph."""
+def ab_verdict(comparison, plot_note: bool = True) -> str:
+    """Dense's step, bf16's, and the fastest scheme against both, in one paragraph (with a
+    note on reading the step-time plot, unless `plot_note` is False)."""
     rows = _ok(comparison)
     dense = rows[0]
     best = min(rows, key=lambda r: r["step_ms"])
@@ -83,6 +85,8 @@ def ab_verdict(comparison) -> str:
             text += " " + _("Against bf16: {said}.").format(
                 said=verdicts.compare_speed(best["label"], best["step_ms"], bf["label"], bf["step_ms"],
                                             max(noise(best), noise(bf))))
+    if not plot_note:
+        return verdicts.tidy(text)
     text += " " + _("The crosses mark the calibrated cost model's prediction from the bytes each scheme really "
                     "sent plus its measured compute and codec time. Where a compressed scheme is slower than its "
                     "bytes suggest, look at its codec time: on a CPU, compressing can cost as much as the link saves.")
@@ -156,13 +160,14 @@ def crossing_lines(gbits, curves: dict) -> list[str]:
     """For each re-priced curve: where compression stops paying, in words."""
     from ..distributed.reprice import crossing
     out = []
+    width = max((len(k) for k in curves if k != "gbit"), default=0)
     for label, speedups in curves.items():
         if label == "gbit":
             continue
         b = crossing(gbits, speedups)
         where = (_("pays on every link tried") if b == math.inf else
                  _("never pays here") if b == 0 else _("stops paying above {b:.2g} Gbit/s").format(b=b))
-        out.append(f"{label:<34} {where}")
+        out.append(f"{label:<{width}}  {where}")
     return out
 
 
@@ -198,3 +203,33 @@ def loopback_verdict(fast, slow) -> str:
                         "scheme with a cheap codec can still win a little here; the re-priced curves above show a "
                         "link that is really fast.")
     return verdicts.tidy(text)
+
+
+def table_rows(comparison) -> list[dict]:
+    """The A/B table: per scheme its step, speedup over fp32 and over bf16 (where a bf16 run
+    finished), bytes and ratio, codec time, the model's prediction and accuracy."""
+    bf = bf16_row(comparison)
+    rows = []
+    for r in comparison.rows:
+        if "error" in r:
+            rows.append({"label": r["label"], "step_ms": float("nan")})
+            continue
+        row = {"label": r["label"], "step_ms": r["step_ms"], "vs fp32": r.get("speedup", float("nan"))}
+        if bf is not None:
+            row["vs bf16"] = bf["step_ms"] / r["step_ms"]
+        row.update({k: r.get(k) for k in ("payload_mb", "ratio", "codec_ms", "predicted_ms", "accuracy")})
+        rows.append(row)
+    return rows
+
+
+def crossing_report(comparison, gbits, curves: dict | None = None) -> str:
+    """Where each scheme stops paying as the link gets faster, against the fp32 all-reduce
+    and, where a bf16 run finished, against the bf16 all-reduce (re-priced curves)."""
+    from ..distributed.reprice import reprice
+    curves = reprice(comparison, gbits) if curves is None else curves
+    lines = [_("Against the fp32 all-reduce:")] + ["  " + line for line in crossing_lines(gbits, curves)]
+    bf = bf16_row(comparison)
+    if bf is not None:
+        against = reprice(comparison, gbits, baseline=bf["label"])
+        lines += ["", _("Against the bf16 all-reduce:")] + ["  " + line for line in crossing_lines(gbits, against)]
+    return "\n".join(lines)

@@ -46,3 +46,17 @@ def accumulation_runs(task, accumulate=(1, 2, 4, 8), micro_batch: int = 16, samp
                      eval_every=max(1, steps // 10), device=device, progress=False)
         out.append(Accumulated(a, h, steps, h.total_bytes / workers / 1e6, h.final("accuracy")))
     return out
+
+
+def accuracy_sentence(runs: list, noise_points: float = 1.0) -> str:
+    """`accumulation_runs` in words: each run's accuracy after the same samples against the
+    run that exchanges every micro-batch (ahead, behind, or level within `noise_points`)."""
+    from ..i18n import _
+    from . import verdicts
+    first = runs[0]
+    parts = [_("every {a} micro-batches: {acc:.1%}, {gap}").format(
+        a=r.accumulate, acc=r.accuracy, gap=verdicts.gap(r.accuracy, first.accuracy, _("exchanging every micro-batch"),
+                                                         noise_points / 100)) for r in runs[1:]]
+    text = _("After the same samples, exchanging every micro-batch reaches {acc:.1%}; {parts}.").format(
+        acc=first.accuracy, parts=_("; ").join(parts))
+    return verdicts.tidy(text)

@@ -90,12 +90,16 @@ def run_fake(hook, grads: list) -> dict:
         raise TypeError(f"a communication hook returns a torch.futures.Future, got {type(fut).__name__}")
     out = fut.wait()
     out = out[0] if isinstance(out, (list, tuple)) else out
-    return {"result": out, "sent": group.sent, "bytes sent": sum(b for _, b in group.sent)}
+    return {"result": out, "sent": group.sent, "bytes sent": sum(b for _dtype, b in group.sent)}
 
 
-def _compile(source: str, name: str):
+def _compile(source: str, name: str, space: dict | None = None):
+    import sys
     import torch.distributed as dist
-    space = {"torch": torch, "dist": dist}
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel
+    space = {"torch": torch, "dist": dist, "F": F, "DistributedDataParallel": DistributedDataParallel,
+             "commhook": sys.modules[__name__]} if space is None else space
     exec(compile(source, f"<hook {name}>", "exec"), space)   # the reader's own cell, on their machine
     if not callable(space.get(name)):
         raise ValueError(f"the source defines no function named {name!r}")
@@ -114,22 +118,31 @@ def _grads_after(ddp, x, y) -> torch.Tensor:
     return torch.cat([p.grad.reshape(-1) for p in ddp.parameters()])
 
 
-PARTS = ("hook", "buckets", "accumulate", "powersgd")
+PARTS = ("hook", "buckets", "accumulate", "powersgd", "torch-powersgd")
 # hook_demo's keys as a reader sees them (tables.pairs shows them through the catalog)
 KEYS = (N_("workers"), N_("backend"), N_("your hook vs PyTorch's fp16 hook (max |diff|)"),
         N_("your hook vs dense (relative error)"), N_("your hook sent"), N_("your hook bytes"), N_("dense bytes"),
         N_("buckets"), N_("buckets at bucket_cap_mb={}"), N_("all-reduce calls, {} micro-batches with no_sync()"),
         N_("all-reduce calls, {} micro-batches without no_sync()"), N_("accumulated gradients agree (max |diff|)"),
         N_("milktea PowerSGD: steps"), N_("milktea PowerSGD: parameters with a saved ledger"),
-        N_("milktea PowerSGD: floats in the saved state"), N_("milktea PowerSGD: parameters"))
+        N_("milktea PowerSGD: floats in the saved state"), N_("milktea PowerSGD: parameters"),
+        N_("micro-batches in your step"), N_("PyTorch powerSGD_hook: bytes per step"),
+        N_("PyTorch batched_powerSGD_hook: bytes per step"), N_("PyTorch PowerSGD: floats in the pickled state"),
+        N_("PyTorch PowerSGD: parameters"), N_("start_powerSGD_iter"), N_("batched hook works"))
 
 
-def hook_demo(hook_source: str, hook_name: str, accumulate: int = 4, parts=PARTS) -> dict:
+def hook_demo(hook_source: str, hook_name: str, accumulate: int = 4, parts=PARTS, step_source: str | None = None,
+              step_name: str | None = None) -> dict:
     """Runs on every rank (inside `milktea.distributed.launch`): one step of a small MLP under
     DDP with the default all-reduce, with the reader's hook, and with PyTorch's
     fp16_compress_hook; then micro-batch accumulation with and without `no_sync()`, the
-    bucket count for two `bucket_cap_mb`, and milktea's PowerSGD hook and the state a
-    checkpoint must keep."""
+    bucket count for two `bucket_cap_mb`, milktea's PowerSGD hook and the state a checkpoint
+    must keep, and PyTorch's PowerSGD hooks with their knobs (`powersgd_knobs`).
+
+    `step_source`/`step_name`: the reader's own training step, `step(model, micro_batches) ->
+    (ddp_model, state)`, which wraps the model in DDP, registers the hook and accumulates the
+    micro-batches; the reader's hook is then run through it (the references accumulate the
+    same micro-batches the same way)."""
     import torch.distributed as dist
 
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -138,13 +151,19 @@ def hook_demo(hook_source: str, hook_name: str, accumulate: int = 4, parts=PARTS
     out = {"workers": world, "backend": dist.get_backend()}
 
     if "hook" in parts:
-        out.update(_your_hook(hook_source, hook_name, x, y))
+        if step_source is not None:
+            out.update(_your_step(hook_source, hook_name, step_source, step_name, x, y, accumulate))
+        else:
+            out.update(_your_hook(hook_source, hook_name, x, y))
     if "buckets" in parts:
         out.update(_buckets(x, y, world))
     if "accumulate" in parts:
         out.update(_accumulate(x, y, world, accumulate))
     if "powersgd" in parts:
         out.update(_powersgd(x, y))
+    if "torch-powersgd" in parts:
+        from .powersgd_knobs import small_mlp, torch_powersgd
+        out.update(torch_powersgd(small_mlp, _grads_after, x, y))
     return out
 
 
@@ -162,11 +181,41 @@ def _your_hook(hook_source, hook_name, x, y):
     theirs = _grads_after(theirs_ddp, x, y)
     out["your hook vs PyTorch's fp16 hook (max |diff|)"] = float((yours - theirs).abs().max())
     out["your hook vs dense (relative error)"] = float((yours - dense).norm() / dense.norm())
-    out["your hook sent"] = sorted({str(d) for d, _ in group.sent})
-    out["your hook bytes"] = sum(b for _, b in group.sent)
+    out["your hook sent"] = sorted({str(d) for d, _size in group.sent})
+    out["your hook bytes"] = sum(b for _dtype, b in group.sent)
     out["dense bytes"] = dense.numel() * 4
     out["buckets"] = len(group.sent)
     return out
+
+
+def _accumulated(ddp, micro) -> torch.Tensor:
+    """The reader's step done the reference way: every micro-batch but the last in no_sync()."""
+    *first, (xl, yl) = micro
+    with ddp.no_sync():
+        for xb, yb in first:
+            torch.nn.functional.cross_entropy(ddp(xb), yb).backward()
+    torch.nn.functional.cross_entropy(ddp(xl), yl).backward()
+    return torch.cat([p.grad.reshape(-1) for p in ddp.parameters()])
+
+
+def _your_step(hook_source, hook_name, step_source, step_name, x, y, accumulate):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    hook = _compile(hook_source, hook_name)
+    space = {**hook.__globals__, hook_name: hook}
+    step = _compile(step_source, step_name, space)
+    micro = [(x[i], y[i]) for i in torch.chunk(torch.arange(len(y)), accumulate)]
+    ddp, state = step(_model(), micro)
+    yours = torch.cat([p.grad.reshape(-1) for p in ddp.parameters()])
+    dense = _accumulated(DDP(_model()), micro)
+    theirs_ddp = DDP(_model())
+    theirs_ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    theirs = _accumulated(theirs_ddp, micro)
+    sent = getattr(state, "sent", [])
+    return {"your hook vs PyTorch's fp16 hook (max |diff|)": float((yours - theirs).abs().max()),
+            "your hook vs dense (relative error)": float((yours - dense).norm() / dense.norm()),
+            "your hook sent": sorted({str(d) for d, _size in sent}), "your hook bytes": sum(b for _dtype, b in sent),
+            "dense bytes": dense.numel() * 4, "buckets": len(sent), "micro-batches in your step": len(micro)}
 
 
 def _buckets(x, y, world):
@@ -227,7 +276,7 @@ def _powersgd(x, y):
     m = DDP(_model())
     state = milktea.ddp.compress(m, milktea.PowerSGD(rank=2), error_feedback=True)
     try:
-        for _ in range(3):
+        for _step in range(3):
             _grads_after(m, x, y)
         saved = state.state_dict()
     finally:
@@ -256,3 +305,34 @@ class _null:
 
     def __exit__(self, *exc):
         return False
+
+
+def demo_sentence(out: dict) -> str:
+    """`hook_demo`'s results in words: what the reader's hook sent and whether its gradients
+    match PyTorch's fp16 hook bit for bit, the hook calls per bucket size, and the all-reduces
+    with and without `no_sync()`."""
+    from ..i18n import _
+    from . import verdicts
+    diff = out["your hook vs PyTorch's fp16 hook (max |diff|)"]
+    text = ""
+    if "micro-batches in your step" in out:
+        text += _("Your step accumulated {m} micro-batches and DDP called your hook {b} time(s), all in the last "
+                  "backward pass (the others ran inside no_sync()).").format(
+            m=out["micro-batches in your step"], b=out["buckets"]) + " "
+    same = _("are bit for bit those of") if diff == 0 else _("differ from those of")
+    text += _("Your hook sent {dtypes}: {mine:,} bytes against {dense:,} dense, and its gradients {same} PyTorch's "
+              "fp16 hook (largest difference {diff:.1e}); both differ from the fp32 all-reduce by a relative {rel:.1e}, "
+              "fp16's rounding.").format(dtypes=", ".join(out["your hook sent"]), mine=out["your hook bytes"],
+                                         dense=out["dense bytes"], same=same, diff=diff,
+                                         rel=out["your hook vs dense (relative error)"])
+    caps = sorted(k for k in out if k.startswith("buckets at bucket_cap_mb="))
+    if caps:
+        text += " " + _("The same backward pass made {counts} hook calls at bucket_cap_mb = {caps} MB.").format(
+            counts=_(", ").join(str(out[k]) for k in caps), caps=_(", ").join(k.split("=")[1] for k in caps))
+    with_key = next((k for k in out if k.startswith("all-reduce calls") and k.endswith("with no_sync()")), None)
+    without_key = next((k for k in out if k.startswith("all-reduce calls") and k.endswith("without no_sync()")), None)
+    if with_key and without_key:
+        text += " " + _("Accumulating micro-batches made {without} all-reduces without no_sync() and {with_} with it, "
+                        "for the same gradients (largest difference {d:.1e}).").format(
+            without=out[without_key], with_=out[with_key], d=out["accumulated gradients agree (max |diff|)"])
+    return verdicts.tidy(text)

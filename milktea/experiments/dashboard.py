@@ -37,6 +37,8 @@ COMPLEXITY = {
     "topk": (4, N_("ratio, error feedback, warm-up")), "topk-approx": (4, N_("ratio, error feedback, warm-up")),
     "topk-int8": (4, N_("ratio, error feedback, warm-up")), "randomk": (4, N_("ratio, error feedback")),
     "sign": (4, N_("error feedback, learning rate")), "auto": (4, N_("a calibrated link model")),
+    "topk-mc": (4, N_("ratio, error feedback, momentum correction")),
+    "sign-mc": (4, N_("error feedback, momentum correction")),
 }
 
 
@@ -209,3 +211,22 @@ def loss_trend_sentence(comparison) -> str:
              "DGC's momentum correction.").format(
         runs=_(", ").join(_("{scheme} (training loss {first:.2f} → {last:.2f})").format(
             scheme=word(r["scheme"]), first=r["first loss"], last=r["last loss"]) for r in bad))
+
+
+def evaluation_sentence(comparison, table: list[dict] | None = None) -> str:
+    """The evaluation table in words: the shortest step against dense and against bf16
+    (faster, slower or no measurable difference within the steps' noise), and each scheme's
+    accuracy against dense after these few steps."""
+    from . import abtest, verdicts
+    table = evaluation(comparison) if table is None else table
+    text = abtest.ab_verdict(comparison, plot_note=False)
+    dense = table[0]
+    gaps = [_("{scheme} {gap}").format(scheme=r["scheme"], gap=verdicts.gap(r.get("test accuracy"),
+                                                                             dense["test accuracy"], _("dense"), 0.02))
+            for r in table[1:]]
+    text += " " + _("Test accuracy after {steps} steps, against dense's {acc:.1%}: {gaps}.").format(
+        steps=comparison.config["steps"], acc=dense["test accuracy"], gaps=_("; ").join(gaps))
+    text += " " + _("These are a few steps on one machine: use the table to find what breaks and what is slow, then "
+                    "train longer before you believe small accuracy differences (within ±2 points they are read as "
+                    "level here).")
+    return verdicts.tidy(text)

@@ -172,25 +172,38 @@ def gradient_stats(task=None, *, workers: int = 8, batch: int = 4, rank: int = 4
 
 
 # --- side-by-side runs ---------------------------------------------------------------------
-def default_schemes(ratio: float = 0.01, rank: int = 4) -> list[tuple[str, object, bool]]:
-    """(label, compressor, error feedback) for dense, Top-K+EF, int8, Sign+EF, PowerSGD+EF."""
-    from ..compressors import PowerSGD, Quantize, Sign, TopK
-    return [("dense", None, False), (f"Top-{100 * ratio:g}%+EF", TopK(ratio=ratio), True),
-            ("int8", Quantize(8), False), ("Sign+EF", Sign(), True), (f"PowerSGD r{rank}+EF", PowerSGD(rank), True)]
+def default_schemes(ratio: float = 0.01, rank: int = 4, momentum: float = 0.9) -> list[tuple]:
+    """(label, compressor, error feedback, optimizer momentum or None for the run's own) for
+    dense, bf16, Top-K, int8, Sign and PowerSGD, each run as the course recommends: the biased
+    compressors with the ledger and with momentum correction (the velocity before the
+    compressor, DGC's first technique; the optimizer then has none), PowerSGD with its ledger
+    and the optimizer's momentum (as its authors and PyTorch's hook run it)."""
+    import torch
+
+    from ..compressors import Cast, PowerSGD, Quantize, Sign
+    from ..feedback import DGC, MomentumCorrected
+    return [("dense", None, False, None), ("bf16", Cast(torch.bfloat16), False, None),
+            (f"Top-{100 * ratio:g}%+EF, momentum corrected", DGC(ratio, momentum=momentum, approximate=False), True,
+             0.0),
+            ("int8", Quantize(8), False, None),
+            ("Sign+EF, momentum corrected", MomentumCorrected(Sign(), momentum), True, 0.0),
+            (f"PowerSGD r{rank}+EF", PowerSGD(rank), True, None)]
 
 
 def side_by_side(task=None, schemes=None, *, workers: int = 4, steps: int = 30, batch: int = 4, lr: float = 0.1,
                  momentum: float = 0.9, seed: int = 0, eval_every: int | None = None, progress: bool = False) -> list[dict]:
     """Train the GPT once per scheme in the simulator, from the same weights on the same
     batches; one row per scheme: held-out loss and perplexity, compression ratio, wall
-    time (and the History under "history"). `schemes`: (label, compressor, error
-    feedback) triples, by default `default_schemes()`. ~1 s per 10 steps per scheme
-    with the defaults on 2 CPU cores."""
+    time (and the History under "history"). `schemes`: (label, compressor, error feedback)
+    triples, or quadruples with the scheme's own optimizer momentum (None: `momentum`); by
+    default `default_schemes()`."""
     from ..simulate import simulate
     task = _task(task)
     rows = []
-    for label, comp, ef in (schemes if schemes is not None else default_schemes()):
-        h = simulate(task, comp, workers=workers, steps=steps, batch=batch, lr=lr, momentum=momentum,
+    for entry in (schemes if schemes is not None else default_schemes(momentum=momentum)):
+        label, comp, ef = entry[:3]
+        own = entry[3] if len(entry) > 3 and entry[3] is not None else momentum
+        h = simulate(task, comp, workers=workers, steps=steps, batch=batch, lr=lr, momentum=own,
                      error_feedback=ef, seed=seed, progress=progress, eval_every=eval_every or steps, device="cpu")
         h.scheme = label    # the plots' legend
         rows.append({"scheme": label, "val loss": h.final("loss"), "perplexity": h.final("perplexity"),
@@ -210,3 +223,23 @@ def runs_table(rows: list[dict], digits: int = 3) -> str:
     """side_by_side's rows as a markdown table."""
     cols = ["scheme", "val loss", "perplexity", "accuracy", "R", "wall s"]
     return markdown_table(rows, cols, digits=digits, formats={"R": "{:.1f}x", "accuracy": "{:.1%}"})
+
+
+def runs_sentence(rows: list[dict], mix: dict, noise: float = 0.05) -> str:
+    """side_by_side's runs in words: GPT-2 small's mix of tensors (what R = 100 on the matrices
+    makes of the whole gradient), then each scheme's validation loss against dense (better,
+    worse, or level within `noise`) at its ratio."""
+    from ..i18n import _
+    from . import verdicts
+    dense = rows[0]
+    text = _("At GPT-2 small's size only **{share:.3%}** of the numbers sit in tensors small enough to cross dense "
+             "({n} of {total} tensors), so a compressor of R = 100 shrinks the whole gradient **{eff:.0f}x**.").format(
+        share=mix["dense share"], n=mix["dense tensors"], total=mix["tensors"], eff=mix["effective ratio"])
+    parts = [_("{scheme} {loss:.2f} at R = {r:.0f}, {gap}").format(
+        scheme=r["scheme"], loss=r["val loss"], r=r["R"],
+        gap=verdicts.gap(float("nan") if r["diverged"] else r["val loss"], dense["val loss"], _("dense"), noise,
+                         higher_is_better=False, unit="", scale=1, digits=2)) for r in rows[1:]]
+    text += " " + _("On the one-block GPT, after the same {steps} steps, dense SGD reaches a validation loss of "
+                    "{loss:.2f}; {parts} (a gap within ±{noise:g} is read as level).").format(
+        steps=dense["history"].steps, loss=dense["val loss"], parts=_("; ").join(parts), noise=noise)
+    return verdicts.tidy(text)

@@ -55,7 +55,7 @@ def rank_sweep(m: torch.Tensor, ranks=(1, 2, 4, 8, 16, 32), calls: int = 8) -> l
         packet = cold.compress(mat)
         one = _rel(cold.decompress(packet), mat)
         warm = PowerSGD(rank=r, warm_start=True)
-        for _ in range(calls):
+        for _call in range(calls):
             approx = warm.decompress(warm.compress(mat))
         rows.append({"rank": r, "R": packet.ratio, "relative error": one,
                      f"after {calls} warm steps": _rel(approx, mat), "best possible (SVD)": best_rank_error(mat, r)})
@@ -87,7 +87,7 @@ def training_gradients(hidden: int = 128, steps: int = 12, batch: int = 64, seed
     if layer not in params:
         raise ValueError(f"unknown layer {layer!r}; choose from {list(params)}")
     out = []
-    for _ in range(steps):
+    for _step in range(steps):
         idx = torch.randint(len(task.y_train), (batch,), generator=gen)
         opt.zero_grad()
         task.loss(model(task.x_train[idx]), task.y_train[idx]).mean().backward()
@@ -145,3 +145,40 @@ def step_cost(shapes, workers: int, link: cost.Link, rank: int, repeats: int = 5
             "R": dense_bytes / (p_bytes + q_bytes), "dense all-reduce s": cost.ring_allreduce_time(dense_bytes, workers, link),
             "all-reduce of P s": t_p, "all-reduce of Q s": t_q, "orthonormalise s (this machine)": best,
             "PowerSGD total s": t_p + t_q + best}
+
+
+def ledger_sentence(runs: dict, noise_points: float = 1.0) -> str:
+    """The PowerSGD runs ("dense", "PowerSGD r2 + ledger", "PowerSGD r2, no ledger") in words:
+    each against dense (ahead, behind or level within `noise_points`) and what the ledger did."""
+    from ..i18n import _
+    from . import verdicts
+    acc = {k: h.final("accuracy") for k, h in runs.items()}
+    noise = noise_points / 100
+    text = _("After {steps} steps the run with the ledger ends {ef}, the run without it {plain}; the ledger {said} "
+             "(one seed: a gap within ±{n:g} points is read as level).").format(steps=runs["dense"].config["steps"],
+        ef=verdicts.gap(acc["PowerSGD r2 + ledger"], acc["dense"], _("dense"), noise),
+        plain=verdicts.gap(acc["PowerSGD r2, no ledger"], acc["dense"], _("dense"), noise),
+        said=verdicts.effect(acc["PowerSGD r2 + ledger"], acc["PowerSGD r2, no ledger"], noise), n=noise_points)
+    return verdicts.tidy(text)
+
+
+def step_cost_sentence(pc: dict, matrices: int, workers: int, link: cost.Link) -> str:
+    """`step_cost` in words: dense against PowerSGD's two all-reduces and the orthonormalisation
+    timed on this machine's CPU, with the latter's share said from the numbers, and the GPU
+    speed of the orthonormalisation named as not measured."""
+    from ..i18n import _
+    from . import verdicts
+    ortho, links = pc["orthonormalise s (this machine)"], pc["all-reduce of P s"] + pc["all-reduce of Q s"]
+    text = _("Dense: {gb:.1f} GB, **{dense:.2f} s** per all-reduce. PowerSGD r4: R = {r:.0f}, two all-reduces of "
+             "{p:.1f} ms and {q:.1f} ms (each with {lat:.1f} ms of ring latency), plus {o:.0f} ms to orthonormalise "
+             "{n} matrices on this machine's CPU: **{total:.2f} s**.").format(
+        gb=pc["dense bytes"] / 1e9, dense=pc["dense all-reduce s"], r=pc["R"], p=1e3 * pc["all-reduce of P s"],
+        q=1e3 * pc["all-reduce of Q s"], lat=1e3 * 2 * (workers - 1) * link.latency, o=1e3 * ortho, n=matrices,
+        total=pc["PowerSGD total s"])
+    text += " " + _("On this CPU the orthonormalisation takes {r:.2g} times as long as the two all-reduces on the "
+                    "link.").format(r=ortho / links)
+    text += " " + _("Its arithmetic is small (about m·r² per matrix, against m·n·r for each product), but on a CPU it "
+                    "runs one small matrix after another; on a GPU, batched, it would take a fraction of this. That is "
+                    "an expectation, not a measurement: no GPU timed it here. The same rank on a smaller layer saves "
+                    "less: R = mn / (r(m+n)) depends on the layer's shape, so price it with the model's real layers.")
+    return verdicts.tidy(text)

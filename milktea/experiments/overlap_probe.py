@@ -21,17 +21,51 @@ import time
 import torch
 from torch import nn
 
-DEFAULT_SETTINGS = (("compute only", None, 4.0), ("one bucket", "link", 1000.0), ("4 MB buckets", "link", 4.0))
+# (label, link or None, bucket MB, emulated backward: seconds of sleep per layer, or 0 for real compute)
+DEFAULT_SETTINGS = (("compute only", None, 4.0, 0.0), ("one bucket", "link", 1000.0, 0.0),
+                    ("4 MB buckets", "link", 4.0, 0.0))
+EMULATED_SETTINGS = (("compute only, emulated", None, 4.0, 0.04), ("one bucket, emulated", "link", 1000.0, 0.04),
+                     ("4 MB buckets, emulated", "link", 4.0, 0.04))
 
 
-def deep_mlp(width: int = 1024, depth: int = 4, features: int = 64, classes: int = 10, seed: int = 0) -> nn.Module:
-    """features -> width -> ... -> classes with ReLUs: `depth` linear layers, seeded."""
+class _SleepInBackward(torch.autograd.Function):
+    """Identity forward; its backward sleeps: compute emulated without using a core."""
+
+    @staticmethod
+    def forward(ctx, x, seconds):
+        ctx.seconds = seconds
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(ctx.seconds)
+        return grad, None
+
+
+class SleepyBackward(nn.Module):
+    """A layer whose backward takes `seconds` of wall time and no CPU: a stand-in for a GPU
+    kernel, which leaves the host's cores to the communication thread."""
+
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.seconds = float(seconds)
+
+    def forward(self, x):
+        return _SleepInBackward.apply(x, self.seconds)
+
+
+def deep_mlp(width: int = 1024, depth: int = 4, features: int = 64, classes: int = 10, seed: int = 0,
+             sleep_s: float = 0.0) -> nn.Module:
+    """features -> width -> ... -> classes with ReLUs: `depth` linear layers, seeded. With
+    `sleep_s`, each linear layer's backward also sleeps that long (emulated compute)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         dims = [features] + [width] * (depth - 1) + [classes]
         layers = []
         for i in range(depth):
             layers.append(nn.Linear(dims[i], dims[i + 1]))
+            if sleep_s:
+                layers.append(SleepyBackward(sleep_s))
             if i < depth - 1:
                 layers.append(nn.ReLU())
         return nn.Sequential(*layers)
@@ -59,11 +93,11 @@ def _call(stamps, bucket):  # no annotations: DDP inspects them
     return stamps(bucket)
 
 
-def _one_setting(model_kw, batch, steps, bucket_mb, link, compressor, seed, device):
+def _one_setting(model_kw, batch, steps, bucket_mb, link, compressor, seed, device, sleep_s=0.0):
     from torch.nn.parallel import DistributedDataParallel as DDP
     from milktea.distributed.hooks import CompressionState
     import torch.distributed as dist
-    net = deep_mlp(**model_kw, seed=seed).to(device)
+    net = deep_mlp(**model_kw, seed=seed, sleep_s=sleep_s).to(device)
     model = DDP(net, bucket_cap_mb=bucket_mb, device_ids=[device.index] if device.type == "cuda" else None)
     state = CompressionState(model, compressor, link=link, error_feedback=compressor is not None)
     stamps = _Stamps(state)
@@ -97,11 +131,14 @@ def _one_setting(model_kw, batch, steps, bucket_mb, link, compressor, seed, devi
 
 
 def probe(width: int = 1024, depth: int = 4, batch: int = 256, steps: int = 4, link_gbit: float = 1.0,
-          latency_us: float = 50.0, settings=DEFAULT_SETTINGS, compressor=None, seed: int = 0) -> dict:
+          latency_us: float = 50.0, settings=DEFAULT_SETTINGS, compressor=None, seed: int = 0,
+          emulated_batch: int = 8) -> dict:
     """Every rank: calibrate the cost model on the emulated link (dense all-reduces of a few
     sizes, `calibrated` = (bandwidth B/s, latency s)), then run each (label, link or None,
-    bucket MB) setting for `steps` steps and return the per-step time stamps (rank 0's are
-    what launch hands back)."""
+    bucket MB, sleep per layer) setting for `steps` steps and return the per-step time stamps
+    (rank 0's are what launch hands back). A setting with a sleep emulates the backward pass:
+    each layer's backward sleeps that long, on a batch of `emulated_batch` (so the real
+    arithmetic is small) and the cores stay free for the communication thread."""
     import torch.distributed as dist
     from milktea.distributed.calibrate import calibrate_link
     from milktea.distributed.link import EmulatedLink
@@ -110,10 +147,11 @@ def probe(width: int = 1024, depth: int = 4, batch: int = 256, steps: int = 4, l
     fitted = calibrate_link((256 << 10, 2 << 20, 8 << 20), repeats=3,
                             emulated=EmulatedLink.gbit(link_gbit, latency_us * 1e-6), device=device)
     runs = {}
-    for label, use_link, bucket_mb in settings:
+    for label, use_link, bucket_mb, *sleep in settings:
+        sleep_s = sleep[0] if sleep else 0.0
         link = EmulatedLink.gbit(link_gbit, latency_us * 1e-6) if use_link else None
-        runs[label] = _one_setting(dict(width=width, depth=depth), batch, steps, bucket_mb, link,
-                                   compressor, seed, device)
+        runs[label] = _one_setting(dict(width=width, depth=depth), emulated_batch if sleep_s else batch, steps,
+                                   bucket_mb, link, compressor, seed, device, sleep_s)
     return {"runs": runs, "workers": dist.get_world_size(), "link_gbit": link_gbit,
             "calibrated": (fitted.bandwidth, fitted.latency),
             "latency_us": latency_us, "params": sum(p.numel() for p in deep_mlp(width, depth).parameters()),

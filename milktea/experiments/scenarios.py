@@ -13,6 +13,7 @@ import torch
 from .. import cost
 from ..advice import advise, memory_bound_codecs
 from ..compressors import Chain, Quantize, TopK
+from ..i18n import _, count
 
 GPU_GBPS = 2000.0   # memory bandwidth assumed for the codecs on a data-centre GPU (HBM, ~2 TB/s)
 
@@ -80,7 +81,7 @@ def transformer_mix(n_layer: int = 12, n_embd: int = 768, vocab: int = 50257, bl
     """
     C, L = n_embd, n_layer
     shapes = [(vocab, C), (block, C)]                                   # token and position embeddings
-    for _ in range(L):
+    for _layer in range(L):
         shapes += [(C,), (C,), (3 * C, C), (3 * C,), (C, C), (C,),       # LayerNorm, attention
                    (C,), (C,), (4 * C, C), (4 * C,), (C, 4 * C), (C,)]   # LayerNorm, MLP
     shapes += [(C,), (C,), (vocab, C)]                                  # final LayerNorm, output layer
@@ -91,3 +92,34 @@ def transformer_mix(n_layer: int = 12, n_embd: int = 768, vocab: int = 50257, bl
             "matrix share": sum(n for s, n in zip(shapes, sizes) if len(s) == 2 and n >= min_size) / total - vocab * C / total,
             "dense share": dense / total, "dense tensors": sum(n < min_size for n in sizes), "tensors": len(sizes),
             "effective ratio": 1.0 / (dense / total + (1 - dense / total) / ratio)}
+
+
+def cross_datacenter_sentence(dc: dict) -> str:
+    """`cross_datacenter` in words, with what accumulation is and what DiLoCo does instead."""
+    from . import verdicts
+    text = _("One fp32 gradient is **{gb:.0f} GB**. Exchanging it between the sites takes {ex:.2f} s against {c:.1f} s "
+             "of compute: {share:.0%} of a serial step is waiting. The guide picks **{choice}** ({cs:.2f} s per step with "
+             "overlap, against {ds:.2f} s dense). Accumulating {a} micro-steps per exchange (one optimizer step on a "
+             "batch {a} times larger) brings the line's share down to {per:.2f} s per micro-step.").format(
+        gb=dc["gradient GB"], ex=dc["dense exchange s"], c=dc["compute s"], share=dc["waiting share"],
+        choice=dc["choice"], cs=dc["choice step s"], ds=dc["dense step s"], a=dc["accumulate"],
+        per=dc["exchange s per micro-step with accumulation"])
+    text += " " + _("The state of the art for exactly this case is another algorithm: DiLoCo lets each site take "
+                    "hundreds of optimizer steps of its own (AdamW) and then exchanges only the change of the weights, "
+                    "applied by an outer Nesterov step. Chapter 08 is about it.")
+    return verdicts.tidy(text)
+
+
+def finetune_sentence(ft: dict) -> str:
+    """`cross_region_finetune` in words, the conclusion following the guide's choices."""
+    from . import verdicts
+    text = _("Full fine-tuning: dense steps take **{d:.2f} s**; the guide picks **{fc}** ({fb:.2f} s at best). With an "
+             "adapter of {ap} parameters a dense step takes {ad:.2f} s and the guide picks **{ac}**.").format(
+        d=ft["full dense step s"], fc=ft["full choice"], fb=ft["full best step s"], ap=count(ft["adapter params"]),
+        ad=ft["adapter dense step s"], ac=ft["adapter choice"])
+    if ft["adapter choice"] == "dense":
+        text += " " + _("Once the thing you exchange is small, there is nothing left to compress.")
+    else:
+        text += " " + _("Even the adapter's exchange is worth compressing on this link.")
+    return verdicts.tidy(text)
+

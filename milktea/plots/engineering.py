@@ -30,8 +30,9 @@ def gantt(ax, tl, title: str = "", xmax: float | None = None):
     return ax
 
 
-def gantt_grid(predicted: dict, measured: dict, fig=None):
-    """One row per setting: the cost model's timeline (left) beside the measured one (right)."""
+def gantt_grid(predicted: dict, measured: dict, fig=None, title: str | None = None):
+    """One row per setting: the cost model's timeline (left) beside the measured one (right);
+    `title` above the grid (e.g. which regime)."""
     labels = list(measured)
     fig, axes = _fig(fig, (11, 1.7 * len(labels) + 0.6), ncols=2, nrows=len(labels), sharex=True)
     xmax = 1.05 * max(max(t.total for t in measured.values()), max(t.total for t in predicted.values()))
@@ -41,6 +42,8 @@ def gantt_grid(predicted: dict, measured: dict, fig=None):
     for ax in axes[-2:]:
         ax.set_xlabel(_("ms since the step began"))
     axes[1].legend(loc="upper right", fontsize="x-small")
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
 

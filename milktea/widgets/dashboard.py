@@ -112,7 +112,7 @@ def decision_guide(gbit: float = 10.0, params: float = 1e9, workers: int = 16, c
     GPU-class memory-bound codecs; a dropdown switches to this machine's measured ones."""
     import ipywidgets as w
     from ..advice import advise, measured_codecs, memory_bound_codecs
-    sources = {_("GPU-class (memory-bound, 2 TB/s)"): "gpu", _("this machine (measured)"): "here"}
+    sources = {_("GPU-class, assumed (memory-bound at 2 TB/s)"): "gpu", _("this machine (measured)"): "here"}
     codecs = {"gpu": codec_ns or memory_bound_codecs(2000.0)}
     bw = w.FloatLogSlider(value=gbit, base=10, min=-2, max=3, step=0.1, description="Gbit/s",
                           continuous_update=False)

@@ -138,6 +138,10 @@ def test_repricing_on_the_runs_own_link_gives_the_measured_step():
     # a faster link shortens dense more than sign; the two views (curves, table) agree
     curves = reprice.reprice(comp, [1.0, 100.0], latency=link.latency)
     assert curves["sign"][0] == pytest.approx(0.1 / 0.06) and curves["sign"][1] < curves["sign"][0]
+    against_sign = reprice.reprice(comp, [1.0, 100.0], latency=link.latency, baseline="sign")
+    assert against_sign["dense"][0] == pytest.approx(0.06 / 0.1) and "sign" not in against_sign
+    with pytest.raises(ValueError, match="baseline"):
+        reprice.reprice(comp, [1.0], baseline="nope")
     rows = dashboard.repriced(comp, 100.0)
     assert rows[1]["speedup"] == pytest.approx(curves["sign"][1])
     assert cost.Link.gbit(100.0).bandwidth > link.bandwidth

@@ -79,7 +79,12 @@ def test_side_by_side_runs_start_alike_and_report_the_wire_ratio(task):
     assert dense["R"] == pytest.approx(1.0) and topk["R"] > 5
     assert dense["val loss"] < dense["history"].evals["loss"][0]
     assert "Top-5%+EF" in xg.runs_table(rows)
-    assert [r[0] for r in xg.default_schemes()] == ["dense", "Top-1%+EF", "int8", "Sign+EF", "PowerSGD r4+EF"]
+    assert [r[0] for r in xg.default_schemes()] == ["dense", "bf16", "Top-1%+EF, momentum corrected", "int8",
+                                                   "Sign+EF, momentum corrected", "PowerSGD r4+EF"]
+    # the biased schemes keep the momentum before the compressor: their optimizer has none
+    assert [r[3] for r in xg.default_schemes()] == [None, None, 0.0, None, 0.0, None]
+    rows = xg.side_by_side(task, xg.default_schemes()[4:5], workers=2, steps=2, batch=2)
+    assert rows[0]["history"].config["momentum"] == 0.0
 
 
 def test_bench_gpt_prints_every_scheme_and_the_layers(tmp_path, capsys, monkeypatch):
@@ -91,7 +96,8 @@ def test_bench_gpt_prints_every_scheme_and_the_layers(tmp_path, capsys, monkeypa
     assert bench.main(["gpt", "--workers", "2", "--steps", "2", "--batch", "1", "--warmup", "1",
                        "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    for label in ("dense", "Top-1%+EF", "int8", "Sign+EF", "PowerSGD r4+EF", "sparse rows", "tiny"):
+    for label in ("dense", "Top-1%+EF, momentum corrected", "int8", "Sign+EF, momentum corrected", "PowerSGD r4+EF",
+                  "sparse rows", "tiny"):
         assert label in text, label
     res = json.loads(out.read_text())
     assert [r["scheme"] for r in res["runs"]] == [r[0] for r in xg.default_schemes()] and len(res["layers"]) == 17
