@@ -96,8 +96,8 @@ def options(codec_ns: dict, layer_shapes=((4096, 4096),), powersgd_rank: int = 4
         Option("dense", 1.0, "allreduce", ns["dense"], 0, N_("nothing")),
         Option("bf16", 2.0, "allreduce", ns["bf16"], 1, N_("one line; compare the loss curve with fp32 (7 mantissa bits, rounded again at every step of the sum)")),
         Option("powersgd", powersgd_ratio(layer_shapes, powersgd_rank), "allreduce", ns["powersgd"], 3,
-               N_("error feedback, dense warm-up steps (PyTorch's start_powerSGD_iter: 1000 by default, about 10% of "
-                  "training advised), a rank tuned to the model")),
+               N_("error feedback, dense warm-up steps (PyTorch's start_powerSGD_iter: 1000 by default, about a tenth "
+                  "of training advised), a rank tuned to the model")),
         Option("int8", 4 / (1 + 4 / 1024), "allgather", ns["int8"], 2, N_("a chunk size (e.g. 1024) for the scales")),
         Option("topk1%+EF", 100 * 4 / 5, "allgather", ns["topk1%+EF"], 4,
                N_("error feedback, momentum correction, warm-up, dense biases and norms")),

@@ -83,7 +83,7 @@ def warm_up(task=None, steps: int = 20, batch: int = 32, lr: float = 0.1, moment
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     x, y = task.x_train, task.y_train
     gen = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
+    for _step in range(steps):
         idx = torch.randint(len(y), (batch,), generator=gen)
         opt.zero_grad()
         task.loss(model(x[idx]), y[idx]).mean().backward()
