@@ -43,7 +43,7 @@ class Link:
 
     def transfer_time(self, nbytes) -> float:
         """Seconds to send one message of `nbytes` bytes: alpha + nbytes / B."""
-        return self.latency + check_number(nbytes, "nbytes", 0) / self.bandwidth
+        return _seconds(self.latency + check_number(nbytes, "nbytes", 0) / self.bandwidth, self)
 
     def __repr__(self) -> str:
         return f"Link({self.bandwidth / 125e6:.2f} Gbit/s, {self.latency * 1e6:.0f} us)"
@@ -55,13 +55,23 @@ def _check_link(link) -> Link:
     return link
 
 
+def _seconds(t: float, link: Link) -> float:
+    """A modelled time, refused when the link makes it overflow (a bandwidth of 1e-320
+    bytes/s, a latency of 1e308 s): a number no table or comparison can use."""
+    if not np.isfinite(t):
+        raise ValueError(f"this link (bandwidth {link.bandwidth:g} bytes/s, latency {link.latency:g} s) "
+                         f"gives an infinite time; give the bandwidth in bytes per second (e.g. "
+                         f"Link.gbit(10)) and the latency in seconds")
+    return t
+
+
 def ring_allreduce_time(nbytes, workers: int, link: Link) -> float:
     """Ring all-reduce of an `nbytes` tensor: 2(N-1) steps, each moving M/N bytes.
     Time = 2(N-1) alpha + 2(N-1)/N * M / B, and 0 for a single worker."""
     M, N, link = check_number(nbytes, "nbytes", 0), check_int(workers, "workers", 1), _check_link(link)
     if N == 1:
         return 0.0
-    return 2 * (N - 1) * link.latency + 2 * (N - 1) / N * M / link.bandwidth
+    return _seconds(2 * (N - 1) * link.latency + 2 * (N - 1) / N * M / link.bandwidth, link)
 
 
 def allgather_time(nbytes_per_worker, workers: int, link: Link) -> float:
@@ -70,7 +80,7 @@ def allgather_time(nbytes_per_worker, workers: int, link: Link) -> float:
     Time = (N-1) alpha + (N-1) M / B."""
     M, N = check_number(nbytes_per_worker, "nbytes_per_worker", 0), check_int(workers, "workers", 1)
     link = _check_link(link)
-    return (N - 1) * (link.latency + M / link.bandwidth)
+    return _seconds((N - 1) * (link.latency + M / link.bandwidth), link)
 
 
 def parameter_server_time(nbytes, workers: int, link: Link, servers: int = 1) -> float:
@@ -79,7 +89,7 @@ def parameter_server_time(nbytes, workers: int, link: Link, servers: int = 1) ->
     Time = 2 N M / (servers B) + 2 alpha."""
     M, N, link = check_number(nbytes, "nbytes", 0), check_int(workers, "workers", 1), _check_link(link)
     servers = check_int(servers, "servers", 1)
-    return 2 * N * M / (servers * link.bandwidth) + 2 * link.latency
+    return _seconds(2 * N * M / (servers * link.bandwidth) + 2 * link.latency, link)
 
 
 def compressed_allreduce_time(nbytes, workers: int, link: Link) -> float:
@@ -95,7 +105,7 @@ def compressed_allreduce_time(nbytes, workers: int, link: Link) -> float:
     M, N, link = check_number(nbytes, "nbytes", 0), check_int(workers, "workers", 1), _check_link(link)
     if N == 1:
         return 0.0
-    return 2 * (N - 1) * (link.latency + M / N / link.bandwidth)
+    return _seconds(2 * (N - 1) * (link.latency + M / N / link.bandwidth), link)
 
 
 def allgather_bytes(nbytes_per_worker, workers: int) -> float:

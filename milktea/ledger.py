@@ -88,8 +88,12 @@ class Ledger:
         if limit == float("inf"):
             return
         rf, gf = r.view(-1), grad.detach().reshape(-1)
+        finite_only = compressor.nonfinite == "ignore"     # NaN and inf pass as they are
         for s in range(0, rf.numel(), PIECE):
-            peak = float((rf[s:s + PIECE] + gf[s:s + PIECE]).abs().max())
+            x = (rf[s:s + PIECE] + gf[s:s + PIECE]).abs()
+            if finite_only:
+                x = torch.where(torch.isfinite(x), x, 0.0)
+            peak = float(x.max())
             if peak >= limit:
                 raise ValueError(f"ledger + gradient reaches |x| = {peak:g}, which {compressor!r} cannot "
                                  f"send (|x| < {limit:g}); the ledger is left unchanged. Use "

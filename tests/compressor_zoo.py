@@ -4,26 +4,28 @@ import torch
 from milktea import (QSGD, Cast, Chain, Identity, PowerSGD, Quantize, RandomK, Sign, TernGrad,
                      TopK)
 
+# each maker takes the compressor's keyword options (nonfinite=...; a chain passes them to
+# its first stage, whose policy it takes)
 ZOO = {
     "identity": Identity,
-    "topk": lambda: TopK(ratio=0.05),
-    "topk-k1": lambda: TopK(k=1),
-    "topk-approx": lambda: TopK(ratio=0.05, approximate=True),
-    "topk-int32": lambda: TopK(ratio=0.05, index="int32"),
-    "topk-bitmap": lambda: TopK(ratio=0.5, index="bitmap"),
-    "randomk": lambda: RandomK(ratio=0.05),
-    "int8": lambda: Quantize(bits=8),
-    "int4": lambda: Quantize(bits=4, chunk=100),
-    "int2": lambda: Quantize(bits=2, chunk=None),
-    "int8-stochastic": lambda: Quantize(bits=8, stochastic=True),
-    "qsgd": lambda: QSGD(levels=4),
+    "topk": lambda **kw: TopK(ratio=0.05, **kw),
+    "topk-k1": lambda **kw: TopK(k=1, **kw),
+    "topk-approx": lambda **kw: TopK(ratio=0.05, approximate=True, **kw),
+    "topk-int32": lambda **kw: TopK(ratio=0.05, index="int32", **kw),
+    "topk-bitmap": lambda **kw: TopK(ratio=0.5, index="bitmap", **kw),
+    "randomk": lambda **kw: RandomK(ratio=0.05, **kw),
+    "int8": lambda **kw: Quantize(bits=8, **kw),
+    "int4": lambda **kw: Quantize(bits=4, chunk=100, **kw),
+    "int2": lambda **kw: Quantize(bits=2, chunk=None, **kw),
+    "int8-stochastic": lambda **kw: Quantize(bits=8, stochastic=True, **kw),
+    "qsgd": lambda **kw: QSGD(levels=4, **kw),
     "terngrad": TernGrad,
     "sign": Sign,
-    "fp16": lambda: Cast(torch.float16),
-    "bf16": lambda: Cast(torch.bfloat16),
-    "powersgd": lambda: PowerSGD(rank=2),
-    "topk+int8": lambda: Chain(TopK(ratio=0.05), Quantize(bits=8)),
-    "topk+sign": lambda: Chain(TopK(ratio=0.05), Sign()),
+    "fp16": lambda **kw: Cast(torch.float16, **kw),
+    "bf16": lambda **kw: Cast(torch.bfloat16, **kw),
+    "powersgd": lambda **kw: PowerSGD(rank=2, **kw),
+    "topk+int8": lambda **kw: Chain(TopK(ratio=0.05, **kw), Quantize(bits=8)),
+    "topk+sign": lambda **kw: Chain(TopK(ratio=0.05, **kw), Sign()),
 }
 
 

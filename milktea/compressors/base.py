@@ -68,6 +68,11 @@ class Compressor:
     #: The fused-step contract's shortcuts this class takes (FAST_PATHS); the base class's
     #: mean is the codec's own.
     fast_paths: frozenset = frozenset({"codec_mean"})
+    #: Whether a packet can carry a NaN or an infinity as it is (dense values, 16-bit casts,
+    #: a sparse packet's values). Codes that share a scale (quantizers, Sign) or a low-rank
+    #: product cannot: one such entry would turn its whole chunk or matrix into NaN, so
+    #: these compressors refuse nonfinite="ignore" (see `check_nonfinite_policy`).
+    carries_nonfinite = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -82,7 +87,7 @@ class Compressor:
         cls.fast_paths = frozenset(p for p in cls.fast_paths if not mine & set(FAST_PATHS[p]))
 
     def __init__(self, nonfinite: str = "raise"):
-        self.nonfinite = check_choice(nonfinite, NONFINITE_POLICIES, "nonfinite")
+        self.nonfinite = check_nonfinite_policy(type(self), nonfinite)
 
     @property
     def name(self) -> str:
@@ -189,14 +194,46 @@ class Compressor:
 
     def aggregate(self, packets: Sequence[Packet]) -> torch.Tensor:
         """Sum of the decompressed packets: what a collective delivers to each worker."""
-        if len(packets) == 0:
-            raise ValueError("aggregate needs at least one packet")
+        check_same_kind(packets)
         total = self.decompress(packets[0]).clone()
         for p in packets[1:]:
-            if p.shape != packets[0].shape:
-                raise ValueError(f"packets disagree on shape: {p.shape} vs {packets[0].shape}")
             total += self.decompress(p)
         return total
+
+    def state_dict(self) -> dict:
+        """What a resumed run needs to send the packets the uninterrupted run would have
+        sent: here the random generator's state, for compressors that draw (stochastic
+        rounding, Top-K's sampled threshold); subclasses add their own counters.
+
+        >>> from milktea import QSGD
+        >>> a = QSGD(levels=4)
+        >>> _ = a.compress(torch.randn(100))
+        >>> b = QSGD(levels=4)
+        >>> b.load_state_dict(a.state_dict())
+        >>> x = torch.randn(100)
+        >>> a.compress(x).to_bytes() == b.compress(x).to_bytes()
+        True
+        """
+        gen = getattr(self, "_gen", None)
+        return {"generator": gen.get_state()} if isinstance(gen, torch.Generator) else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict` returned (ValueError if it is not this kind's state)."""
+        if not isinstance(state, dict):
+            raise TypeError(f"load_state_dict needs the dict state_dict() returned, got {type(state).__name__}")
+        gen = getattr(self, "_gen", None)
+        saved = state.get("generator")
+        if (saved is None) != (not isinstance(gen, torch.Generator)):
+            raise ValueError(f"this state {'has no' if saved is None else 'has a'} random generator; "
+                             f"{self!r} {'draws' if saved is None else 'does not draw'} random numbers: "
+                             f"load the state of the same compressor")
+        if saved is not None:
+            if not isinstance(saved, torch.Tensor) or saved.dtype != torch.uint8:
+                raise TypeError("the saved generator state must be a uint8 tensor (Generator.get_state())")
+            try:
+                gen.set_state(saved)
+            except RuntimeError as err:
+                raise ValueError(f"the saved generator state does not fit a CPU generator: {err}") from None
 
     def fork(self, rank: int = 0, stream: int = 0) -> "Compressor":
         """A copy for one worker's tensor stream: no state is shared with the original.
@@ -227,6 +264,39 @@ class Compressor:
         return {}
 
 
+def check_nonfinite_policy(cls, nonfinite: str) -> str:
+    """`nonfinite` checked for a compressor class: "ignore" only where its packets can carry
+    a NaN or an infinity as they are (`carries_nonfinite`), so that under every policy a
+    finite entry decodes finite.
+
+    >>> from milktea import Quantize
+    >>> Quantize(bits=8, nonfinite="ignore")      # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: Quantize cannot pass NaN or infinity through: ...
+    """
+    check_choice(nonfinite, NONFINITE_POLICIES, "nonfinite")
+    if nonfinite == "ignore" and not cls.carries_nonfinite:
+        raise ValueError(f"{cls.__name__} cannot pass NaN or infinity through: its entries share a scale "
+                         f"(or a low-rank product), so one of them would make its neighbours NaN; use "
+                         f"nonfinite='raise' (refuse such a gradient) or 'zero' (send them as 0)")
+    return nonfinite
+
+
+def check_same_kind(packets: Sequence[Packet]) -> None:
+    """ValueError unless `packets` is a non-empty list of Packets of one shape and one dtype
+    (what a sum or a mean of them needs)."""
+    if len(packets) == 0:
+        raise ValueError("aggregate needs at least one packet")
+    for p in packets:
+        if not isinstance(p, Packet):
+            raise TypeError(f"aggregate needs Packets, got {type(p).__name__}")
+        if p.shape != packets[0].shape or p.dtype != packets[0].dtype:
+            raise ValueError(f"packets disagree: shape {p.shape} and dtype {p.dtype} vs shape "
+                             f"{packets[0].shape} and dtype {packets[0].dtype}; aggregate the packets "
+                             f"of one tensor, compressed from the same dtype")
+
+
 class Identity(Compressor):
     """No compression: the raw tensor bytes (the dense baseline).
 
@@ -235,6 +305,7 @@ class Identity(Compressor):
     """
     codec = "dense"
     protocol = "allreduce"
+    carries_nonfinite = True
 
     @property
     def name(self) -> str:

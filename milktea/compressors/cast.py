@@ -24,6 +24,7 @@ class Cast(Compressor):
     """
     codec = "cast"
     protocol = "allreduce"
+    carries_nonfinite = True
 
     def __init__(self, dtype: torch.dtype = torch.float16, nonfinite: str = "raise"):
         super().__init__(nonfinite)
@@ -41,11 +42,13 @@ class Cast(Compressor):
     @property
     def overflow_at(self) -> float:
         # float16 rounds |x| >= 65520 (65504 plus half a step) to inf
-        return 65520.0 if self.dtype == torch.float16 and self.nonfinite != "ignore" else float("inf")
+        return 65520.0 if self.dtype == torch.float16 else float("inf")
 
     def _compress(self, t):
         h = t.to(self.dtype)
-        if self.dtype == torch.float16 and self.nonfinite != "ignore" and bool(torch.isinf(h).any()):
+        # a finite entry must not come back infinite; under "ignore" an infinity sent as one is fine
+        if self.dtype == torch.float16 and bool(torch.isinf(h).any()) and (
+                self.nonfinite != "ignore" or bool((torch.isinf(h) & torch.isfinite(t)).any())):
             raise ValueError("the gradient exceeds float16's range (|x| > 65504); use "
                              "Cast(torch.bfloat16), or scale the gradient down before casting")
         return Packet("cast", tuple(t.shape), t.dtype, (DTYPES[self.dtype],), (to_bytes(h),))

@@ -31,6 +31,7 @@ class Chain(Compressor):
     codec = "chain"
     protocol = "allgather"
     biased = True
+    carries_nonfinite = True    # as far as its second stage does: that stage checks the values
     #: a chain's own step goes through its first stage's: an instance keeps these where its
     #: first stage has them (and Top-K's fused add with them)
     fast_paths = frozenset({"codec_mean", "exact_step", "clears_gradient"})
@@ -78,6 +79,15 @@ class Chain(Compressor):
             sent = decode(inner).to(sparse.dtype).to(residual.dtype)
             residual.view(-1)[idx] = vals.to(residual.dtype) - sent     # what the rounding left out
         return self._wrap(residual, sparse, inner)
+
+    def state_dict(self):
+        return {"first": self.first.state_dict(), "second": self.second.state_dict()}
+
+    def load_state_dict(self, state):
+        if not isinstance(state, dict) or set(state) != {"first", "second"}:
+            raise ValueError("a Chain's state holds its two stages' states: {'first': ..., 'second': ...}")
+        self.first.load_state_dict(state["first"])
+        self.second.load_state_dict(state["second"])
 
     def _reseed(self, rank, stream):
         self.first._reseed(rank, stream)

@@ -100,10 +100,15 @@ class PowerSGD(Compressor):
                       (to_bytes(p), to_bytes(q)))
 
     def state_dict(self):
-        return {"q": None if self.q is None else self.q.clone()}
+        return {**super().state_dict(), "q": None if self.q is None else self.q.clone()}
 
     def load_state_dict(self, state):
-        self.q = None if state["q"] is None else state["q"].clone()
+        super().load_state_dict(state)
+        q = state.get("q")
+        if q is not None and (not isinstance(q, torch.Tensor) or q.dim() != 2 or q.shape[1] != self.rank):
+            raise ValueError(f"the saved warm start must be a matrix of {self.rank} columns "
+                             f"(this PowerSGD's rank), got {q!r:.60}")
+        self.q = None if q is None else q.clone()
 
 
 def _factors(packet):

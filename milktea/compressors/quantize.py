@@ -19,7 +19,7 @@ import torch
 
 from .. import kernels
 from ..bits import pack, packed_size, unpack
-from ..checks import check_choice, check_positive_int
+from ..checks import check_choice, check_int, check_positive_int
 from ..packet import Packet
 from .base import Compressor
 from .registry import register_library_codec
@@ -55,10 +55,10 @@ class Quantize(Compressor):
     def __init__(self, bits: int = 8, chunk: int | None = 1024, stochastic: bool = False,
                  seed: int = 0, nonfinite: str = "raise"):
         super().__init__(nonfinite)
-        self.bits = check_choice(bits, QUANT_BITS, "bits")
+        self.bits = check_choice(check_int(bits, "bits"), QUANT_BITS, "bits")
         self.chunk = None if chunk is None else check_positive_int(chunk, "chunk")
         self.stochastic = bool(stochastic)
-        self.seed = seed
+        self.seed = check_int(seed, "seed", 0)
         self._gen = torch.Generator().manual_seed(seed)
         self.biased = not self.stochastic
 
@@ -122,11 +122,14 @@ def _decode_quant(packet, out=None):
     return res
 
 
-def _levels_piece(packet, bits, chunk, steps, offset):
-    """piece(s, e) for add_pieces: float32 (code - offset) * steps[chunk of each entry]."""
+def _levels_piece(packet, bits, chunk, steps, offset, levels=None):
+    """piece(s, e) for add_pieces: float32 (code - offset) * steps[chunk of each entry]
+    (levels: each code checked to be at most 2 * levels)."""
     def piece(s, e):
         # pieces start at multiples of 8 entries, so on a byte boundary for 1, 2, 4 or 8 bits
         codes = unpack(packet.parts[0][s * bits // 8: packed_size(e, bits)], bits, e - s)
+        if levels is not None:
+            _checked_levels(packet, codes, levels)
         which = torch.arange(s, e, device=codes.device) // chunk
         return (codes.float() - offset) * steps[which]
     return piece
@@ -176,7 +179,7 @@ class QSGD(Compressor):
         self.levels = check_positive_int(levels, "levels")
         self.bits = _level_bits(self.levels)
         self.chunk = None if chunk is None else check_positive_int(chunk, "chunk")
-        self.seed = seed
+        self.seed = check_int(seed, "seed", 0)
         self._gen = torch.Generator().manual_seed(seed)
 
     @property
@@ -186,23 +189,24 @@ class QSGD(Compressor):
     def _repr_args(self):
         return {"levels": self.levels, "chunk": self.chunk}
 
-    def _norms(self, xp: torch.Tensor) -> torch.Tensor:
+    def _norms(self, xp: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """Per-row norm in float32, without overflow: the max-norm is exact; the 2-norm is
-        max|x| * ||x / max|x|||, in float64, and saturates at NORM_MAX (entries then
-        still decode finite, at most the norm)."""
+        max|x| * ||x / max|x|||, in float64, and saturates at what `dtype` (the packet's)
+        can hold: NORM_MAX for float32, 65504 for float16. Any norm >= max|x| keeps the
+        levels unbiased, and entries, at most the norm, then decode finite."""
         m = torch.linalg.vector_norm(xp, float("inf"), dim=1)
         if self.ord == float("inf"):
             return m
         safe = torch.where(m > 0, m, 1.0).unsqueeze(1)
         norms = m.double() * torch.linalg.vector_norm(xp / safe, self.ord, dim=1).double()
-        return norms.clamp_(max=NORM_MAX).float()
+        return norms.clamp_(max=min(NORM_MAX, torch.finfo(dtype).max)).float()
 
     def _compress(self, t):
         x = flat_float32(t)
         n, s = x.numel(), self.levels
         chunk = _chunks(n, self.chunk)
         xp = torch.nn.functional.pad(x, (0, (-n) % chunk)).view(-1, chunk)
-        norms = self._norms(xp)
+        norms = self._norms(xp, t.dtype)
         u = torch.rand(xp.shape, generator=self._gen).to(x.device)
         div = torch.where(norms > 0, norms, 1.0).unsqueeze(1)
         level = (xp.abs() / div).mul_(s).add_(u).floor_().clamp_(0, s)
@@ -246,11 +250,23 @@ def _levels_layout(packet):
     return s, bits, chunk
 
 
+def _level_codes(packet, s, bits, n):
+    """The codes of a qsgd/terngrad packet, each checked to be a level in [0, 2 * levels]."""
+    return _checked_levels(packet, unpack(packet.parts[0], bits, n), s)
+
+
+def _checked_levels(packet, codes, s):
+    top = int(codes.max())
+    if top > 2 * s:
+        raise ValueError(f"malformed {packet.codec} packet: a code is {top}, above 2 * levels = {2 * s}")
+    return codes
+
+
 def _decode_levels(packet, out=None):
     s, bits, chunk = _levels_layout(packet)
-    res = output(packet, out)
     n = packet.numel
-    codes = unpack(packet.parts[0], bits, n)
+    codes = _level_codes(packet, s, bits, n)
+    res = output(packet, out)
     norms = from_bytes(packet.parts[1], torch.float32)
     steps = (norms / s).repeat_interleave(chunk)[:n]
     res.view(-1).copy_((codes.float() - s) * steps)
@@ -260,7 +276,7 @@ def _decode_levels(packet, out=None):
 def _add_levels(packet, out, alpha):
     s, bits, chunk = _levels_layout(packet)
     steps = from_bytes(packet.parts[1], torch.float32) / s
-    add_pieces(packet, out, _levels_piece(packet, bits, chunk, steps, s), alpha)
+    add_pieces(packet, out, _levels_piece(packet, bits, chunk, steps, s, levels=s), alpha)
 
 
 def _add_divide_quant(packet, out, count):

@@ -12,7 +12,7 @@ from .. import index as index_codec
 from .. import kernels, trace
 from ..checks import check_choice, check_positive_int, resolve_k
 from ..packet import Packet
-from .base import Compressor
+from .base import Compressor, check_same_kind
 from .registry import register_library_codec
 from .wire import expect_layout, expect_nbytes, from_bytes, output, to_bytes
 from .select import select_topk
@@ -34,6 +34,7 @@ class Sparsifier(Compressor):
     only the listed entries ("clears_gradient").
     """
     biased = True
+    carries_nonfinite = True        # the values are sent as they are
     fast_paths = frozenset({"codec_mean", "exact_step", "clears_gradient"})
 
     def __init__(self, ratio=None, *, k=None, nonfinite="raise"):
@@ -120,8 +121,7 @@ class Sparsifier(Compressor):
         return sparse_decode(packet)
 
     def aggregate(self, packets):
-        if not packets:
-            raise ValueError("aggregate needs at least one packet")
+        check_same_kind(packets)
         total = torch.zeros(packets[0].numel, dtype=packets[0].dtype, device=packets[0].device)
         for p in packets:
             idx, vals = sparse_decode(p)
@@ -288,10 +288,11 @@ class RandomK(Sparsifier):
                       (to_bytes(t.reshape(-1).index_select(0, idx)),))
 
     def state_dict(self):
-        return {"step": self.step}
+        return {**super().state_dict(), "step": self.step}
 
     def load_state_dict(self, state):
-        self.step = int(state["step"])
+        super().load_state_dict(state)
+        self.step = check_positive_int(state.get("step"), "the saved step", minimum=0)
 
 
 register_library_codec("topk", _decode_sparse, add=_add_sparse, sparse=sparse_decode)
