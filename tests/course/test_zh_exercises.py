@@ -131,7 +131,8 @@ def test_chinese_feedback_has_no_english_left(course, tmp_path):
     grade_class(str(tmp_path / "subs"), str(tmp_path / "out"), str(SOLUTIONS), None, seed=7, progress=False,
                 limits=Limits(task_seconds=2, submission_seconds=60, memory_mb=1024, wall_factor=2), chapter=CHAPTER)
     text = (tmp_path / "out" / "feedback" / "xiaoming.txt").read_text(encoding="utf-8")
-    for words in ("用例 '", "数组，形状", "任务 03.2 的单元格第 2 行", "评分代码不能读取", "CPU 时间",
+    assert "秒 CPU 时间内完成" in text or "秒墙钟时间内完成" in text, text   # which clock stops it depends on load
+    for words in ("用例 '", "数组，形状", "任务 03.2 的单元格第 2 行", "评分代码不能读取",
                   "没有名为 topk_unpack 的函数", "已忽略 notes.txt"):
         assert words in text, (words, text)
     assert _english_phrases(text) == [], text
