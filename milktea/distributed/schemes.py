@@ -18,6 +18,7 @@ from milktea.compressors import QSGD, Cast, Chain, PowerSGD, Quantize, RandomK, 
 from milktea.distributed import hooks
 from milktea.distributed.link import EmulatedLink, torch_hook_proxy
 from milktea.distributed.stats import StatsLog
+from milktea.i18n import N_
 
 # name: (label, compressor factory(ratio, rank), error feedback)
 MILKTEA = {
@@ -41,6 +42,8 @@ MILKTEA = {
     "sign-mc": ("Sign+EF, momentum corrected", lambda r, k: Sign(), True),
 }
 MOMENTUM_CORRECTED = ("topk-mc", "sign-mc")
+# the labels as tables show them (milktea.tables.word looks them up with their numbers as {})
+_LABELS = (N_("approx Top-{}%+EF, momentum corrected"), N_("Sign+EF, momentum corrected"))
 TORCH = {
     "torch-fp16": "PyTorch fp16_compress_hook",
     "torch-bf16": "PyTorch bf16_compress_hook",

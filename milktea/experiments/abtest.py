@@ -13,6 +13,7 @@ import math
 
 from .. import cost
 from ..i18n import N_, _
+from ..tables import word
 from ..timing import median
 from . import verdicts
 
@@ -73,17 +74,18 @@ def ab_verdict(comparison, plot_note: bool = True) -> str:
     bf = bf16_row(comparison, rows)
     if bf is not None:
         text += " " + _("The bf16 all-reduce, half the bytes with no tuning: {said}.").format(
-            said=verdicts.compare_speed(bf["label"], bf["step_ms"], dense["label"], dense["step_ms"], noise(bf)))
+            said=verdicts.compare_speed(word(bf["label"]), bf["step_ms"], word(dense["label"]), dense["step_ms"], noise(bf)))
     if best is dense:
         text += " " + _("No scheme's step was shorter than dense's.")
     elif best is bf:
         text += " " + _("No other scheme's step was shorter than bf16's.")
     else:
         text += " " + _("The shortest step: {said}.").format(
-            said=verdicts.compare_speed(best["label"], best["step_ms"], dense["label"], dense["step_ms"], noise(best)))
+            said=verdicts.compare_speed(word(best["label"]), best["step_ms"], word(dense["label"]), dense["step_ms"],
+                                         noise(best)))
         if bf is not None:
             text += " " + _("Against bf16: {said}.").format(
-                said=verdicts.compare_speed(best["label"], best["step_ms"], bf["label"], bf["step_ms"],
+                said=verdicts.compare_speed(word(best["label"]), best["step_ms"], word(bf["label"]), bf["step_ms"],
                                             max(noise(best), noise(bf))))
     if not plot_note:
         return verdicts.tidy(text)
@@ -118,7 +120,7 @@ def model_error_sentence(comparison, tolerance: float = 0.2) -> str:
     collectives and the rest, both signed, so the two always add up to the gap."""
     rows = model_errors(comparison)
     said = {r["scheme"]: verdicts.model_error(r["measured ms"], r["predicted ms"], tolerance) for r in rows}
-    good = [r["scheme"] for r in rows if said[r["scheme"]].kind == "within"]
+    good = [word(r["scheme"]) for r in rows if said[r["scheme"]].kind == "within"]
     if good:
         text = _("The cost model is within ±{tolerance:.0%} of the measured step for {names}.").format(
             tolerance=tolerance, names=", ".join(good))
@@ -130,7 +132,7 @@ def model_error_sentence(comparison, tolerance: float = 0.2) -> str:
         inside = r["collectives, measured ms"] - r["collectives, priced ms"]
         text += " " + _("**{scheme}**: predicted {p:.1f} ms, measured {m:.1f} ms, {err}; its collectives took "
                         "{cm:.1f} ms against {cp:.1f} ms priced: {split}.").format(
-            scheme=r["scheme"], p=r["predicted ms"], m=r["measured ms"], err=said[r["scheme"]],
+            scheme=word(r["scheme"]), p=r["predicted ms"], m=r["measured ms"], err=said[r["scheme"]],
             cm=r["collectives, measured ms"], cp=r["collectives, priced ms"],
             split=verdicts.split(whole, inside, _("inside the collectives"), _("outside them")))
     if bad:
@@ -151,7 +153,8 @@ def behind_dense(comparison, points: float = 5.0) -> str:
                                                   points / 100).kind == "behind"]
     if not behind:
         return verdicts.tidy("")
-    names = ", ".join(f"{r['label']} ({verdicts.gap(r['accuracy'], dense['accuracy'], 'dense')})" for r in behind)
+    names = _(", ").join(f"{word(r['label'])} ({verdicts.gap(r['accuracy'], dense['accuracy'], _('dense'))})"
+                         for r in behind)
     return verdicts.tidy(_("More than {points:g} points behind dense after {steps} steps: {names}.").format(
         points=points, steps=comparison.config["steps"], names=names))
 
@@ -182,7 +185,7 @@ def loopback_verdict(fast, slow) -> str:
     kinds = {}
     for r in rows[1:]:
         noise = max(step_noise(fast, r["label"]), step_noise(fast, dense["label"]))
-        kinds[r["label"]] = verdicts.speed(r["step_ms"], dense["step_ms"], noise).kind
+        kinds[word(r["label"])] = verdicts.speed(r["step_ms"], dense["step_ms"], noise).kind
     slower = [k for k, v in kinds.items() if v == "slower"]
     faster = [k for k, v in kinds.items() if v == "faster"]
     link_noise = max(step_noise(fast, dense["label"]), step_noise(slow, slow_dense["label"]))
@@ -195,7 +198,7 @@ def loopback_verdict(fast, slow) -> str:
         text += " " + _("A link with nothing emulated should be the faster one: the load on this machine changed "
                         "between the two runs, so compare only numbers measured side by side, in one run.")
     text += " " + _("Slower than dense here: {slower}; faster: {faster}; the rest within the run's noise.").format(
-        slower=", ".join(slower) or _("none"), faster=", ".join(faster) or _("none"))
+        slower=_(", ").join(slower) or _("none"), faster=_(", ").join(faster) or _("none"))
     if len(slower) == len(rows) - 1:
         return verdicts.tidy(text + " " + _("When the link is not the bottleneck, the best compressor is none."))
     if faster:

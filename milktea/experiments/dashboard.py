@@ -192,25 +192,41 @@ def loss_trends(comparison, window: int = 3) -> list[dict]:
         w = max(1, min(window, len(loss) // 2))
         first, last = sum(loss[:w]) / w, sum(loss[-w:]) / w
         finite = all(math.isfinite(v) for v in loss)
-        out.append({"scheme": res["label"], "first loss": first, "last loss": last,
+        out.append({"scheme": res["label"], "name": res.get("scheme", ""), "first loss": first, "last loss": last,
                     "diverging": (not finite) or last > first})
     return out
 
 
 def loss_trend_sentence(comparison) -> str:
-    """One sentence from `loss_trends`: which schemes' loss fell, and which rose."""
+    """One paragraph from `loss_trends`: how each scheme's training loss moved (first and last
+    steps averaged), and for a loss that rose, the advice that fits that scheme: momentum
+    correction for a biased scheme sharing the optimizer's momentum, a warm-up for one that
+    already has it, a smaller learning rate otherwise."""
+    from ..distributed.schemes import corrects_momentum, uses_ledger
+    from . import verdicts
     rows = loss_trends(comparison)
-    bad = [r for r in rows if r["diverging"]]
+    said = {r["scheme"]: verdicts.trend(r["first loss"], r["last loss"]) for r in rows}
+    runs = _("; ").join(_("{scheme} {trend}").format(scheme=word(r["scheme"]), trend=said[r["scheme"]]) for r in rows)
+    bad = [r for r in rows if said[r["scheme"]].kind in ("rose", "diverged")]
     if not bad:
-        return _("Every scheme's training loss fell over the run (first and last steps averaged): {runs}.").format(
-            runs=_(", ").join(_("{scheme} {first:.2f} → {last:.2f}").format(
-                scheme=word(r["scheme"]), first=r["first loss"], last=r["last loss"]) for r in rows))
-    return _("**Diverging:** {runs}. Its loss ends above where it began, whatever its accuracy after these few "
-             "steps says. With the shared learning rate and momentum 0.9, a biased compressor's ledger can feed "
-             "the momentum large, delayed lumps (chapter 04); give it its own learning rate, less momentum, or "
-             "DGC's momentum correction.").format(
-        runs=_(", ").join(_("{scheme} (training loss {first:.2f} → {last:.2f})").format(
-            scheme=word(r["scheme"]), first=r["first loss"], last=r["last loss"]) for r in bad))
+        return verdicts.tidy(_("Training loss over the run (first and last steps averaged): {runs}.").format(runs=runs))
+    text = _("Training loss over the run (first and last steps averaged): {runs}. **A loss that ends above where it "
+             "began is a warning**, whatever the accuracy after these few steps says: {names}.").format(
+        runs=runs, names=_(", ").join(word(r["scheme"]) for r in bad))
+    shared = [r for r in bad if uses_ledger(r["name"]) and not corrects_momentum(r["name"])]
+    corrected = [r for r in bad if corrects_momentum(r["name"])]
+    other = [r for r in bad if r not in shared and r not in corrected]
+    if shared:
+        text += " " + _("With the shared learning rate and momentum 0.9, a biased compressor's ledger feeds the "
+                        "momentum large, delayed lumps (chapter 04): run it with momentum correction (the -mc "
+                        "schemes), or give it its own learning rate.")
+    if corrected:
+        text += " " + _("Momentum correction does not remove the first steps' lumps: DGC also warms the sparsity up "
+                        "over its first epochs (chapter 04). Over a run this short, train longer and see whether the "
+                        "loss comes back down, or start compressing after a few dense steps (start_step).")
+    if other:
+        text += " " + _("A scheme without a ledger whose loss rises wants a smaller learning rate.")
+    return verdicts.tidy(text)
 
 
 def evaluation_sentence(comparison, table: list[dict] | None = None) -> str:
@@ -221,7 +237,7 @@ def evaluation_sentence(comparison, table: list[dict] | None = None) -> str:
     table = evaluation(comparison) if table is None else table
     text = abtest.ab_verdict(comparison, plot_note=False)
     dense = table[0]
-    gaps = [_("{scheme} {gap}").format(scheme=r["scheme"], gap=verdicts.gap(r.get("test accuracy"),
+    gaps = [_("{scheme} {gap}").format(scheme=word(r["scheme"]), gap=verdicts.gap(r.get("test accuracy"),
                                                                              dense["test accuracy"], _("dense"), 0.02))
             for r in table[1:]]
     text += " " + _("Test accuracy after {steps} steps, against dense's {acc:.1%}: {gaps}.").format(

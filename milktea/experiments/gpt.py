@@ -23,9 +23,11 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from ..checks import check_int
+from ..i18n import N_
 from .tables import markdown_table
 
-TINY = 1024          # the DDP hook's default min_size: smaller tensors cross dense
+TINY = 1024
+_LABELS = (N_("Top-{}%+EF, momentum corrected"), N_("Sign+EF, momentum corrected"))   # for tables.word          # the DDP hook's default min_size: smaller tensors cross dense
 
 
 def _task(task):
@@ -235,11 +237,17 @@ def runs_sentence(rows: list[dict], mix: dict, noise: float = 0.05) -> str:
     text = _("At GPT-2 small's size only **{share:.3%}** of the numbers sit in tensors small enough to cross dense "
              "({n} of {total} tensors), so a compressor of R = 100 shrinks the whole gradient **{eff:.0f}x**.").format(
         share=mix["dense share"], n=mix["dense tensors"], total=mix["tensors"], eff=mix["effective ratio"])
-    parts = [_("{scheme} {loss:.2f} at R = {r:.0f}, {gap}").format(
-        scheme=r["scheme"], loss=r["val loss"], r=r["R"],
-        gap=verdicts.gap(float("nan") if r["diverged"] else r["val loss"], dense["val loss"], _("dense"), noise,
-                         higher_is_better=False, unit="", scale=1, digits=2)) for r in rows[1:]]
+    gaps = [verdicts.gap(float("nan") if r["diverged"] else r["val loss"], dense["val loss"], _("dense"), noise,
+                         higher_is_better=False, unit="", scale=1, digits=2) for r in rows[1:]]
+    from ..tables import word
+    parts = [_("{scheme} {loss:.2f} at R = {r:.0f}, {gap}").format(scheme=word(r["scheme"]), loss=r["val loss"], r=r["R"],
+                                                                  gap=g)
+             for r, g in zip(rows[1:], gaps)]
     text += " " + _("On the one-block GPT, after the same {steps} steps, dense SGD reaches a validation loss of "
                     "{loss:.2f}; {parts} (a gap within ±{noise:g} is read as level).").format(
         steps=dense["history"].steps, loss=dense["val loss"], parts=_("; ").join(parts), noise=noise)
+    if any(g.kind in ("behind", "nan") for g in gaps):
+        text += " " + _("A scheme that lags here may need settings of its own (sign's step has the size of the mean "
+                        "|g|, not of g, so it wants its own learning rate): compare schemes at their own best settings "
+                        "before you choose.")
     return verdicts.tidy(text)

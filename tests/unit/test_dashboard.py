@@ -41,6 +41,18 @@ def test_loss_trends_name_a_diverging_scheme():
     assert rows["nan"]["diverging"] is True and "failed" not in rows
     assert rows["sign"]["first loss"] == pytest.approx(2.1) and rows["sign"]["last loss"] == pytest.approx(17 / 3)
     text = exp.loss_trend_sentence(comp)
-    assert "sign" in text and "dense" not in text
+    warned = text.split("warning**")[1]
+    assert "sign" in warned and "dense" not in warned and "rose from 2.10 to 5.67" in text
+    assert "smaller learning rate" in text          # a run with no scheme name: no ledger to blame
     comp.results = comp.results[:1]
-    assert "fell" in exp.loss_trend_sentence(comp)
+    assert "fell" in exp.loss_trend_sentence(comp) and "warning" not in exp.loss_trend_sentence(comp)
+
+
+def test_loss_trend_advice_fits_each_scheme():
+    from types import SimpleNamespace
+    from milktea.experiments import dashboard as exp
+    up = [{"loss": v} for v in (2.0, 2.1, 2.2, 3.0, 5.0, 9.0)]
+    for name, advice in (("topk-approx", "momentum correction (the -mc"), ("topk-mc", "warms the sparsity up"),
+                         ("int8", "smaller learning rate")):
+        comp = SimpleNamespace(results=[{"label": name, "scheme": name, "records": up}])
+        assert advice in exp.loss_trend_sentence(comp), name
