@@ -117,16 +117,22 @@ def live_run(names, on_record=None, config=None, *, workers: int = 2, interleave
 
 
 def evaluation(comparison) -> list[dict]:
-    """The multi-scheme table: speed, bytes, accuracy and what each scheme asks of you."""
+    """The multi-scheme table: speed (over fp32 and, where a bf16 run finished, over bf16),
+    bytes, accuracy and what each scheme asks of you."""
+    from .abtest import bf16_row
+    bf = bf16_row(comparison)
     rows = []
     for r in comparison.rows:
         if "error" in r:
             rows.append({"scheme": r["label"], "step ms": float("nan"), "note": r["error"][:60]})
             continue
         score, needs = COMPLEXITY.get(r["scheme"], (None, ""))
-        rows.append({"scheme": r["label"], "step ms": r["step_ms"], "speedup": r.get("speedup", float("nan")),
-                     "MB per step": r["payload_mb"], "R": r["ratio"], "test accuracy": r["accuracy"],
-                     "complexity": score, "needs": needs})
+        row = {"scheme": r["label"], "step ms": r["step_ms"], "speedup": r.get("speedup", float("nan"))}
+        if bf is not None:
+            row["vs bf16"] = bf["step_ms"] / r["step_ms"]
+        row.update({"MB per step": r["payload_mb"], "R": r["ratio"], "test accuracy": r["accuracy"],
+                    "complexity": score, "needs": needs})
+        rows.append(row)
     return rows
 
 
@@ -139,8 +145,11 @@ def repriced(comparison, gbit: float, latency: float | None = None, keep_residua
     batch = comparison.config["batch"] * comparison.workers
     rows = [{"scheme": label, "step ms": 1e3 * t, "samples/s": batch / t} for label, t in times.items()]
     dense = next((r["step ms"] for r in rows if r["scheme"].startswith("dense")), None)
+    bf = next((r["step ms"] for r in rows if "bf16" in r["scheme"]), None)
     for r in rows:
         r["speedup"] = dense / r["step ms"] if dense else float("nan")
+        if bf is not None:
+            r["vs bf16"] = bf / r["step ms"]
     return rows
 
 
