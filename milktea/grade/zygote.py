@@ -9,7 +9,8 @@ forked, daemons included. It never runs student code and never sees a case:
 for each child the grader sends, on a Unix socket, the child's stdin, output and result pipes
 plus a control socket, and a uid. The zygote forks, and the fork, before any student code:
   1. unshares new PID, mount, network, IPC and UTS namespaces, so children of the same zygote
-     can't see, signal or talk to each other, and forks the namespace's init;
+     can't see, signal or talk to each other, and forks the namespace's init (which brings up
+     the new namespace's own loopback, as bubblewrap does: it reaches nothing but the child);
   2. the init mounts a fresh size-limited tmpfs on /tmp (the Python installation, if it lies
      under /tmp, bound read-only on top) and a /proc of its own PID namespace (nothing else
      in the zygote's world is writable by a child), hands a pidfd of itself to the grader
@@ -28,6 +29,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import sys
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
@@ -119,9 +121,21 @@ def _reseed():
         sys.modules["torch"].seed()
 
 
+def _loopback_up():
+    """Bring up the loopback device of the child's new network namespace, as bubblewrap does
+    for its own: it reaches nothing outside this namespace (no host, no other child), and lets
+    a task's harness run real gloo ranks (threads of the child) on 127.0.0.1."""
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        name = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(s, siocgifflags, name))[1]
+        fcntl.ioctl(s, siocsifflags, struct.pack("16sH14x", b"lo", flags | iff_up))
+
+
 def _init(pipes, ctl, req, roots):
     """PID 1 of the child's namespace: mounts, then the worker; its exit status to the grader."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _loopback_up()
     _fresh_tmp(int(req["tmp_mb"]), roots)
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     socket.send_fds(ctl, [b"P"], [os.pidfd_open(os.getpid())])
