@@ -1,11 +1,14 @@
-"""Tests of exercise 01 (the bottleneck): bytes and time of a ring all-reduce.
+"""Tests of exercise 01 (the bottleneck): bytes and time of a ring all-reduce, the waiting share of a
+step, and the largest cluster that stays under a waiting share.
 
 The format of a tests file: milktea/grade/assignment.py and docs/grading.md.
 """
 import functools
 
-from milktea.i18n import N_
-from milktea.grade.spec import Case, Task, number, several
+import numpy as np
+
+from milktea.i18n import N_, _
+from milktea.grade.spec import Case, Task, number, several, show
 
 def _bytes_cases(rng, ref, hidden=False):
     fixed = [] if hidden else [Case(N_("a single worker sends nothing"), (1000, 4, 1)),
@@ -36,12 +39,64 @@ def _iteration_cases(rng, ref, hidden=False):
     return fixed + rand
 
 
+def _waiting(n, compute_s, nbytes, gbit_per_s, latency_s):
+    """The share of a step spent in the ring all-reduce with n workers (n may be fractional here)."""
+    if n <= 1:
+        return 0.0
+    comm = 2 * (n - 1) * latency_s + 2 * (n - 1) / n * nbytes / (gbit_per_s * 125e6)
+    total = compute_s + comm
+    return comm / total if total > 0 else 0.0
+
+
+def _cluster_cases(rng, ref, hidden=False):
+    fixed = [] if hidden else [
+        Case(N_("0.2 s of work and 4 GB of gradient on 100 Gbit/s: up to 80% waiting"), (0.2, 4e9, 100.0, 5e-5, 0.8)),
+        Case(N_("no latency and a fast link: the waiting share never gets there"), (1.0, 1e8, 100.0, 0.0, 0.5)),
+        Case(N_("no latency, but the bandwidth term alone passes the share"), (1.0, 1e9, 10.0, 0.0, 0.55)),
+        Case(N_("a tiny message: latency alone decides"), (0.01, 1e3, 100.0, 1e-4, 0.2)),
+        Case(N_("no waiting allowed at all: one worker"), (0.1, 1e6, 10.0, 1e-5, 0.0))]
+    rand = []
+    for _draw in range(4):
+        compute, nbytes = float(rng.uniform(0.01, 2)), float(10 ** rng.uniform(3, 10))
+        gbit, latency = float(rng.uniform(1, 400)), float(10 ** rng.uniform(-7, -3))
+        target = int(rng.integers(2, 100_000 if hidden else 5_000))
+        share = _waiting(target + float(rng.uniform(0.2, 0.8)), compute, nbytes, gbit, latency)
+        rand.append(Case(N_("random step and link"), (compute, nbytes, gbit, latency, share)))
+    return fixed + rand
+
+
+def _cluster_compare(expected, got, args):
+    """Right when `got` workers stay within the share and one more would not (or inf when no
+    number of workers ever passes it); float rounding at the boundary may tip either way."""
+    compute, nbytes, gbit, latency, share = args
+    if isinstance(got, float) and got == float("inf"):
+        if expected == float("inf"):
+            return None
+        return _("expected {v} workers, got inf: with enough workers the waiting share does pass "
+                 "{share}").format(v=show(expected), share=show(share))
+    if not isinstance(got, (int, np.integer)) and not (isinstance(got, float) and got.is_integer()):
+        return _("expected a whole number of workers (or inf), got {v}").format(v=show(got))
+    n = int(got)
+    if expected == float("inf"):
+        return _("expected inf, got {v}: however many workers, the waiting share stays below {share}").format(
+            v=n, share=show(share))
+    slack = 1e-9 * max(share, 1e-12)
+    if n < 1 or _waiting(n, compute, nbytes, gbit, latency) > share + slack:
+        return _("expected {v} workers, got {v2}: with {v2} the waiting share is {w}, above {share}").format(
+            v=show(expected), v2=n, w=show(_waiting(n, compute, nbytes, gbit, latency)), share=show(share))
+    if _waiting(n + 1, compute, nbytes, gbit, latency) <= share - slack:
+        return _("expected {v} workers, got {v2}: {v3} workers still wait only {w} of the step").format(
+            v=show(expected), v2=n, v3=n + 1, w=show(_waiting(n + 1, compute, nbytes, gbit, latency)))
+    return None
+
+
 TASKS = [
     Task("01.1", "ring_allreduce_bytes", 2, _bytes_cases, number(rtol=1e-9)),
     Task("01.2", "ring_allreduce_time", 2, _time_cases, number(rtol=1e-9, atol=1e-15)),
     Task("01.3", "iteration_time", 2, _iteration_cases,
          several(number(rtol=1e-9, atol=1e-15), number(rtol=1e-9, atol=1e-12),
                  names=(N_("seconds"), N_("waiting fraction")))),
+    Task("01.4", "largest_cluster", 3, _cluster_cases, _cluster_compare),
 ]
 
 
@@ -51,5 +106,6 @@ HIDDEN = {
     "01.1": functools.partial(_bytes_cases, hidden=True),
     "01.2": functools.partial(_time_cases, hidden=True),
     "01.3": functools.partial(_iteration_cases, hidden=True),
+    "01.4": functools.partial(_cluster_cases, hidden=True),
 }
 ### END HIDDEN TESTS

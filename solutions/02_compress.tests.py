@@ -1,10 +1,11 @@
-"""Tests of exercise 02 (compress the report): ratio from real bytes, error, speed-up."""
+"""Tests of exercise 02 (compress the report): ratio from real bytes, error, speed-up, break-even,
+all-gather against the ring, and which collective wins."""
 import functools
 
 import numpy as np
 
-from milktea.i18n import N_
-from milktea.grade.spec import Case, Task, number, several
+from milktea.i18n import N_, _
+from milktea.grade.spec import Case, Task, number, several, show
 
 DTYPES = (np.float16, np.float32, np.float64, np.int32, np.uint8, np.int8)
 
@@ -71,6 +72,52 @@ def _gather_cases(rng, ref, hidden=False):
     return fixed + rand
 
 
+COLLECTIVES = ("allreduce", "allgather", "compressed_allreduce")
+
+
+def _clear(args):
+    """True when the winner is ahead of the runner-up by more than float noise, so that a
+    learner's order of operations cannot decide the answer (the three times as the task defines them)."""
+    nbytes, ratio, workers, alpha, bandwidth, codec_s = args
+    n, m = workers, float(nbytes)
+    times = sorted([2 * (n - 1) * alpha + 2 * (n - 1) / n * m / bandwidth,
+                    (n - 1) * (alpha + m / (ratio * bandwidth)) + codec_s,
+                    2 * (n - 1) * (alpha + m / (n * ratio * bandwidth)) + 2 * codec_s])
+    return times[1] > times[0] * (1 + 1e-6) + 1e-15
+
+
+def _collective_cases(rng, ref, hidden=False):
+    link = 25e9 / 8
+    fixed = [] if hidden else [
+        Case(N_("1.6 GB, R = 32, 8 workers, a cheap codec"), (1.6e9, 32.0, 8, 50e-6, link, 0.005)),
+        Case(N_("the same on 2 workers"), (1.6e9, 32.0, 2, 50e-6, link, 0.005)),
+        Case(N_("a slow codec on 64 workers"), (1.6e9, 8.0, 64, 50e-6, link, 0.5)),
+        Case(N_("a tiny gradient: latency decides"), (4e4, 32.0, 64, 50e-6, link, 0.0)),
+        Case(N_("one worker: nothing to send, nothing to code"), (1e8, 4.0, 1, 1e-5, 1e9, 0.01))]
+    rand = []
+    while len(rand) < (8 if hidden else 5):
+        n = int(rng.integers(2, 1025 if hidden else 257))
+        m, r = float(10 ** rng.uniform(3, 10)), float(10 ** rng.uniform(0.3, 3))
+        alpha, bandwidth = float(10 ** rng.uniform(-7, -3)), float(10 ** rng.uniform(8, 10.7))
+        codec = float(rng.uniform(0, 3) * m / bandwidth) if rng.random() < 0.8 else 0.0
+        args = (m, r, n, alpha, bandwidth, codec)
+        if _clear(args):
+            rand.append(Case(N_("random cluster and compressor"), args))
+    return fixed + rand
+
+
+def _collective_compare(expected, got, args):
+    if not isinstance(got, (list, tuple)) or len(got) != 2:
+        return _("expected a tuple (name, seconds), got {v}").format(v=show(got))
+    name, seconds = got
+    if not isinstance(name, str) or name not in COLLECTIVES:
+        return _("the name must be one of {names}, got {v}").format(names=", ".join(map(repr, COLLECTIVES)), v=show(name))
+    if name != expected[0]:
+        return _("expected {want!r} to win, got {name!r}").format(want=expected[0], name=name)
+    problem = number(rtol=1e-9, atol=1e-15)(expected[1], seconds, args)
+    return _("seconds: {problem}").format(problem=problem) if problem else None
+
+
 TASKS = [
     Task("02.1", "compression_ratio", 2, _ratio_cases, number(rtol=1e-9)),
     Task("02.2", "relative_error", 2, _error_cases, number(rtol=1e-6, atol=1e-9)),
@@ -79,6 +126,7 @@ TASKS = [
     Task("02.5", "allgather_vs_ring", 3, _gather_cases,
          several(number(rtol=1e-9, atol=1e-15), number(rtol=1e-9, atol=1e-15), number(rtol=1e-9),
                  names=("t_ring", "t_gather", "break_even"))),
+    Task("02.6", "best_collective", 3, _collective_cases, _collective_compare),
 ]
 
 
@@ -90,5 +138,6 @@ HIDDEN = {
     "02.3": functools.partial(_speedup_cases, hidden=True),
     "02.4": functools.partial(_break_even_cases, hidden=True),
     "02.5": functools.partial(_gather_cases, hidden=True),
+    "02.6": functools.partial(_collective_cases, hidden=True),
 }
 ### END HIDDEN TESTS

@@ -1,4 +1,5 @@
-"""Tests of exercise 04 (error feedback): one step, a run, the quadratic demo."""
+"""Tests of exercise 04 (error feedback): one step, a run, the quadratic demo, a buggy training loop to
+fix, and one step of DGC with momentum correction."""
 import functools
 
 import numpy as np
@@ -46,6 +47,48 @@ def _train_cases(rng, ref, hidden=False):
     return fixed + rand
 
 
+
+def _targets(rng, workers, n):
+    return rng.standard_normal((workers, n)) + rng.standard_normal(n)   # shops that share a common aim
+
+
+def _fix_cases(rng, ref, hidden=False):
+    fixed = [] if hidden else [
+        Case(N_("3 shops, Top-2 of 6, 40 steps"), (_targets(np.random.default_rng(1), 3, 6), 2, 0.1, 40)),
+        Case(N_("2 shops, Top-1 of 4: the ledger must carry old debts"), (np.array([[1.0, 0.3, -0.2, 0.1],
+                                                                                   [0.6, -0.4, 0.2, 0.3]]), 1, 0.2, 12)),
+        Case(N_("k = n: every shop sends everything"), (_targets(np.random.default_rng(2), 4, 5), 5, 0.3, 10)),
+        Case(N_("zero steps"), (_targets(np.random.default_rng(3), 2, 3), 1, 0.1, 0))]
+    rand = []
+    for _draw in range(4):
+        workers, n = int(rng.integers(2, 9)), int(rng.integers(2, 400 if hidden else 60))
+        rand.append(Case(N_("random shops"), (_targets(rng, workers, n), int(rng.integers(1, n + 1)),
+                                              float(rng.uniform(0.01, 0.4)), int(rng.integers(1, 80 if hidden else 40)))))
+    return fixed + rand
+
+
+def _dgc_cases(rng, ref, hidden=False):
+    def state(r, workers, n, scale=1.0):
+        return (r.standard_normal(n), r.standard_normal((workers, n)) * scale, r.standard_normal((workers, n)) * 0.5 * scale,
+                r.standard_normal((workers, n)) * 0.3 * scale)
+    g = np.array([[0.5, -2.0, 0.1, 1.0], [0.2, 0.3, -0.4, 1.5]])
+    r1 = np.random.default_rng(11)
+    w0, g0, _velocity, ledger0 = state(r1, 3, 8)
+    fixed = [] if hidden else [
+        Case(N_("the first step: no momentum and an empty ledger yet"), (np.zeros(4), g, np.zeros_like(g), np.zeros_like(g), 1, 0.1, 0.9)),
+        Case(N_("the momentum of a waiting entry keeps growing"), (np.ones(4), g, np.array([[0.0, 0.0, 3.0, 0.0], [0.0, 0.0, 0.0, 0.0]]),
+                                                                   np.array([[0.0, 0.0, 0.5, 0.0], [1.0, 0.0, 0.0, 0.0]]), 1, 0.1, 0.9)),
+        Case(N_("momentum 0: Top-K with a ledger"), (w0, g0, np.zeros((3, 8)), ledger0, 3, 0.05, 0.0)),
+        Case(N_("one worker, a 10-entry layer"), (*state(r1, 1, 10), 2, 0.1, 0.9))]
+    rand = []
+    for _draw in range(4):
+        workers, n = int(rng.integers(1, 9)), int(rng.integers(2, 500 if hidden else 50))
+        w, grads, velocity, ledger = state(rng, workers, n, float(rng.uniform(0.01, 10)))
+        rand.append(Case(N_("random workers, momentum and ledgers"), (w, grads, velocity, ledger, int(rng.integers(1, n + 1)),
+                                                                       float(rng.uniform(0.001, 0.5)), float(rng.uniform(0, 0.99)))))
+    return fixed + rand
+
+
 _close = dict(rtol=1e-6, atol=1e-6)
 TASKS = [
     Task("04.1", "ef_step", 3, _step_cases,
@@ -53,6 +96,10 @@ TASKS = [
     Task("04.2", "ef_run", 2, _run_cases,
          several(array(rtol=1e-9, atol=1e-9), array(rtol=1e-9, atol=1e-9), names=("total_sent", "residual"))),
     Task("04.3", "train_quadratic", 3, _train_cases, array(rtol=1e-6, atol=1e-8)),
+    Task("04.4", "ef_train", 3, _fix_cases, array(rtol=1e-6, atol=1e-9)),
+    Task("04.5", "dgc_step", 3, _dgc_cases,
+         several(array(rtol=1e-9, atol=1e-12), array(rtol=1e-9, atol=1e-12), array(rtol=1e-9, atol=1e-12),
+                 names=("w", "velocity", "ledger"))),
 ]
 
 
@@ -62,5 +109,7 @@ HIDDEN = {
     "04.1": functools.partial(_step_cases, hidden=True),
     "04.2": functools.partial(_run_cases, hidden=True),
     "04.3": functools.partial(_train_cases, hidden=True),
+    "04.4": functools.partial(_fix_cases, hidden=True),
+    "04.5": functools.partial(_dgc_cases, hidden=True),
 }
 ### END HIDDEN TESTS

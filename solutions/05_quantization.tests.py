@@ -1,4 +1,5 @@
-"""Tests of exercise 05 (quantization): absmax int8, dequantize, stochastic, int4 packing."""
+"""Tests of exercise 05 (quantization): absmax int8, dequantize, stochastic, int4 packing, sign with a
+ledger, a QSGD encoder (checked by its statistics), and 1-bit Adam's traffic over a whole run."""
 import functools
 
 import numpy as np
@@ -130,12 +131,102 @@ def _sign_compare(expected, got, args):
     return None
 
 
+
+# QSGD: the grader's harness calls the learner's encoder DRAWS times on the same x, each time with
+# fresh noise u from the case's own seed, and sends every (norm, codes) back; the statistics are
+# computed here, in the grader's process: any unbiased encoder onto the levels norm * l / s passes,
+# whatever way it uses u, as long as its variance stays under QSGD's bound.
+QSGD_HARNESS = """
+import numpy as np
+
+_rng, _asarray, _int8 = np.random.default_rng, np.asarray, np.int8
+
+
+def run(encode, x, s, u_seed, draws=200):
+    x = _asarray(x, dtype=np.float64)
+    rng, norms, codes = _rng(u_seed), [], []
+    for _ in range(draws):
+        norm, c = encode(x.copy(), s, rng.random(x.shape))
+        c = _asarray(c)
+        if c.shape != x.shape or c.dtype.kind not in "iu":
+            raise TypeError("codes must be an integer array of the shape of x, got " + str(c.dtype) + " " + str(c.shape))
+        if c.size and int(abs(c.astype(np.int64)).max()) > s:
+            raise ValueError("codes must lie in [-s, s]; got " + str(int(abs(c.astype(np.int64)).max())) + " for s = " + str(s))
+        norms.append(float(norm))
+        codes.append(c.astype(_int8))
+    return np.array(norms), np.stack(codes)
+"""
+
+
+def _qsgd_cases(rng, ref, hidden=False):
+    fixed = [] if hidden else [
+        Case(N_("4 levels, 50 Gaussian entries"), (np.random.default_rng(1).standard_normal(50), 4), {"u_seed": 1}),
+        Case(N_("1 level: every entry is 0 or +-norm"), (np.random.default_rng(2).standard_normal(20), 1), {"u_seed": 2}),
+        Case(N_("a spike and small entries"), (np.r_[5.0, np.full(30, 0.3)], 8), {"u_seed": 3}),
+        Case(N_("entries that sit on the grid already"), (np.array([3.0, 0.0, -4.0]), 5), {"u_seed": 4}),
+        Case(N_("a single entry"), (np.array([-0.7]), 2), {"u_seed": 5})]
+    rand = []
+    for _draw in range(4):
+        n = int(rng.integers(2, 300 if hidden else 64))
+        x = rng.standard_normal(n) * float(10 ** rng.uniform(-3, 2))
+        rand.append(Case(N_("random gradient and levels"), (x, int(rng.integers(1, 17))), {"u_seed": int(rng.integers(1 << 30))}))
+    return fixed + rand
+
+
+def _qsgd_compare(expected, got, args):
+    x, s = np.asarray(args[0], np.float64), int(args[1])
+    if not isinstance(got, (list, tuple)) or len(got) != 2:
+        return _("the encoder's results could not be read: {v}").format(v=show(got))
+    norms, codes = np.asarray(got[0], np.float64), np.asarray(got[1], np.float64)
+    norm = float(np.linalg.norm(x))
+    if np.any(np.abs(norms - norm) > 1e-5 * norm + 1e-12):
+        return _("norm: expected {want} (the 2-norm of x), got {v}").format(want=show(norm), v=show(float(norms[0])))
+    draws, n = codes.shape
+    decoded = norm * codes / s
+    err = decoded - x
+    if norm == 0:
+        return None if not np.any(codes) else _("x is all zeros: every code must be 0")
+    # unbiased: the mean of the draws is within noise of x (noise judged from the draws' own spread)
+    bias = float(np.sum(err.mean(axis=0) ** 2))
+    noise = float(np.sum(decoded.var(axis=0, ddof=1))) / draws
+    if bias > (4 + 20 / n) * noise + 1e-20 * norm ** 2:
+        worst = int(np.argmax(np.abs(err.mean(axis=0))))
+        return _("biased: over {d} draws entry {i} (x = {x}) decodes on average to {v}; "
+                 "an unbiased encoder averages to x").format(d=draws, i=worst, x=show(x[worst]),
+                                                              v=show(float(decoded[:, worst].mean())))
+    # QSGD's variance bound, with room for the sampling noise of the draws
+    per_draw = np.sum(err ** 2, axis=1)
+    bound = min(n / s ** 2, np.sqrt(n) / s) * norm ** 2
+    if per_draw.mean() > bound + 4 * per_draw.std(ddof=1) / np.sqrt(draws) + 1e-12 * norm ** 2:
+        return _("variance too large: E||Q(x) - x||^2 is about {v}, QSGD's bound is {b}").format(
+            v=show(float(per_draw.mean())), b=show(bound))
+    return None
+
+
+def _traffic_cases(rng, ref, hidden=False):
+    fixed = [] if hidden else [
+        Case(N_("the chapter's run: 60 steps, 12 of warm-up"), (2410, 4, 60, 12)),
+        Case(N_("no warm-up at all"), (1_000_000, 8, 100, 0)),
+        Case(N_("warm-up all the way: nothing saved"), (1000, 4, 50, 50)),
+        Case(N_("DeepSpeed's advice: 15% warm-up, 25M parameters on 64 workers"), (25_000_000, 64, 10_000, 1500)),
+        Case(N_("chunks that do not divide evenly"), (1001, 3, 10, 2))]
+    rand = []
+    for _draw in range(4):
+        workers = int(rng.integers(2, 1025))
+        n, steps = int(rng.integers(workers, 10 ** 9)), int(rng.integers(1, 100_000))
+        rand.append(Case(N_("random run"), (n, workers, steps, int(rng.integers(0, steps + 1)))))
+    return fixed + rand
+
+
 TASKS = [
     Task("05.1", "absmax_quantize", 3, _quantize_cases, _quantize_compare),
     Task("05.2", "dequantize", 1, _dequantize_cases, array(dtype=np.float32, rtol=1e-6)),
     Task("05.3", "stochastic_quantize", 2, _stochastic_cases, _stochastic_compare),
     Task("05.4", "pack_int4", 2, _pack_cases, byte_array()),
     Task("05.5", "sign_ef_step", 3, _sign_cases, _sign_compare),
+    Task("05.6", "qsgd_encode", 3, _qsgd_cases, _qsgd_compare, params=("x", "s"), harness=QSGD_HARNESS),
+    Task("05.7", "onebit_adam_traffic", 2, _traffic_cases,
+         several(number(rtol=1e-9), number(rtol=1e-9), names=("per_step", "whole_run"))),
 ]
 
 
@@ -147,5 +238,7 @@ HIDDEN = {
     "05.3": functools.partial(_stochastic_cases, hidden=True),
     "05.4": functools.partial(_pack_cases, hidden=True),
     "05.5": functools.partial(_sign_cases, hidden=True),
+    "05.6": functools.partial(_qsgd_cases, hidden=True),
+    "05.7": functools.partial(_traffic_cases, hidden=True),
 }
 ### END HIDDEN TESTS

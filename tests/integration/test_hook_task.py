@@ -1,7 +1,8 @@
 """Exercise 06.7 is passed only by a real fp16 hook: the grader runs the learner's fp16_hook on its
-own fake bucket and all-reduce (a harness from the tests file), so a run_hook rewritten to return
-the mean, a hook that sends float32, one that divides after the sum, one that never calls the
-all-reduce, and one that hands back float16 all lose the task."""
+own fake bucket and all-reduce (a harness from the tests file) and in one real DDP step on two gloo
+ranks, so a run_hook rewritten to return the mean, a hook that sends float32, one that divides after
+the sum, one that never calls the all-reduce, one that hands back float16, and one that works on the
+fake bucket but not on DDP's real ones all lose the task."""
 
 import pytest
 
@@ -25,6 +26,12 @@ WRONG = {
                                    "wrong"),
     "hands back float16": (HOOK.format(body="    half = bucket.buffer().to(torch.float16) / state.world_size\n"
                                             "    return state.allreduce(half).then(lambda f: f.value()[0])"), "wrong"),
+    # the fake bucket is always the last one; DDP's real buckets are not: only the last gets averaged
+    "sends the last bucket only": (HOOK.format(body="    if not bucket.is_last():\n        fut = torch.futures.Future()\n"
+                                                    "        fut.set_result(bucket.buffer())\n        return fut\n"
+                                                    "    half = bucket.buffer().to(torch.float16) / state.world_size\n"
+                                                    "    return state.allreduce(half).then(lambda f: f.value()[0].float())"),
+                                   "wrong"),
 }
 
 
@@ -51,4 +58,9 @@ def test_the_reference_hook_passes_and_says_why_others_fail(chapter, tmp_path):
     assert all(t.score == t.points for t in res.tasks), [(t.id, t.lines) for t in res.tasks]
     nb = with_cell(solution("06_engineering"), "06.7", WRONG["sends float32"][0])
     res = grade_notebook(str(save(nb, tmp_path / "06_engineering.ipynb")), chapter, box=box if box.isolated else None)
-    assert "sent float32 through state.allreduce: send float16" in "\n".join(res.tasks[-1].lines)
+    hook = next(t for t in res.tasks if t.id == "06.7")
+    assert "sent float32 through state.allreduce: send float16" in "\n".join(hook.lines)
+    nb = with_cell(solution("06_engineering"), "06.7", WRONG["sends the last bucket only"][0])
+    res = grade_notebook(str(save(nb, tmp_path / "06_engineering.ipynb")), chapter, box=box if box.isolated else None)
+    hook = next(t for t in res.tasks if t.id == "06.7")
+    assert hook.score == 0 and "in a real DDP step on two gloo ranks the hook failed" in "\n".join(hook.lines)
