@@ -75,15 +75,17 @@ def _gather_cases(rng, ref, hidden=False):
 COLLECTIVES = ("allreduce", "allgather", "compressed_allreduce")
 
 
-def _clear(args):
-    """True when the winner is ahead of the runner-up by more than float noise, so that a
-    learner's order of operations cannot decide the answer (the three times as the task defines them)."""
+def _clear(ref, args):
+    """True when nudging every price by a millionth, either way, leaves the same winner: so a
+    learner's order of operations cannot decide the answer."""
     nbytes, ratio, workers, alpha, bandwidth, codec_s = args
-    n, m = workers, float(nbytes)
-    times = sorted([2 * (n - 1) * alpha + 2 * (n - 1) / n * m / bandwidth,
-                    (n - 1) * (alpha + m / (ratio * bandwidth)) + codec_s,
-                    2 * (n - 1) * (alpha + m / (n * ratio * bandwidth)) + 2 * codec_s])
-    return times[1] > times[0] * (1 + 1e-6) + 1e-15
+    winner = ref["best_collective"](*args)[0]
+    for e in (1 - 1e-6, 1 + 1e-6):
+        for nudged in ((nbytes * e, ratio, workers, alpha, bandwidth, codec_s), (nbytes, ratio * e, workers, alpha, bandwidth, codec_s),
+                       (nbytes, ratio, workers, alpha * e, bandwidth, codec_s), (nbytes, ratio, workers, alpha, bandwidth, codec_s * e)):
+            if ref["best_collective"](*nudged)[0] != winner:
+                return False
+    return True
 
 
 def _collective_cases(rng, ref, hidden=False):
@@ -101,7 +103,7 @@ def _collective_cases(rng, ref, hidden=False):
         alpha, bandwidth = float(10 ** rng.uniform(-7, -3)), float(10 ** rng.uniform(8, 10.7))
         codec = float(rng.uniform(0, 3) * m / bandwidth) if rng.random() < 0.8 else 0.0
         args = (m, r, n, alpha, bandwidth, codec)
-        if _clear(args):
+        if _clear(ref, args):
             rand.append(Case(N_("random cluster and compressor"), args))
     return fixed + rand
 

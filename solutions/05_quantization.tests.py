@@ -178,26 +178,26 @@ def _qsgd_compare(expected, got, args):
     if not isinstance(got, (list, tuple)) or len(got) != 2:
         return _("the encoder's results could not be read: {v}").format(v=show(got))
     norms, codes = np.asarray(got[0], np.float64), np.asarray(got[1], np.float64)
-    norm = float(np.linalg.norm(x))
-    if np.any(np.abs(norms - norm) > 1e-5 * norm + 1e-12):
-        return _("norm: expected {want} (the 2-norm of x), got {v}").format(want=show(norm), v=show(float(norms[0])))
+    length = float(np.sqrt(np.sum(x * x)))
+    if np.any(np.abs(norms - length) > 1e-5 * length + 1e-12):
+        return _("norm: expected {want} (the 2-norm of x), got {v}").format(want=show(length), v=show(float(norms[0])))
     draws, n = codes.shape
-    decoded = norm * codes / s
+    decoded = length * codes / s
     err = decoded - x
-    if norm == 0:
+    if length == 0.0:
         return None if not np.any(codes) else _("x is all zeros: every code must be 0")
     # unbiased: the mean of the draws is within noise of x (noise judged from the draws' own spread)
     bias = float(np.sum(err.mean(axis=0) ** 2))
     noise = float(np.sum(decoded.var(axis=0, ddof=1))) / draws
-    if bias > (4 + 20 / n) * noise + 1e-20 * norm ** 2:
+    if bias > (4 + 20 / n) * noise + 1e-20 * length ** 2:
         worst = int(np.argmax(np.abs(err.mean(axis=0))))
         return _("biased: over {d} draws entry {i} (x = {x}) decodes on average to {v}; "
                  "an unbiased encoder averages to x").format(d=draws, i=worst, x=show(x[worst]),
                                                               v=show(float(decoded[:, worst].mean())))
     # QSGD's variance bound, with room for the sampling noise of the draws
     per_draw = np.sum(err ** 2, axis=1)
-    bound = min(n / s ** 2, np.sqrt(n) / s) * norm ** 2
-    if per_draw.mean() > bound + 4 * per_draw.std(ddof=1) / np.sqrt(draws) + 1e-12 * norm ** 2:
+    bound = min(n / s ** 2, np.sqrt(n) / s) * length ** 2
+    if per_draw.mean() > bound + 4 * per_draw.std(ddof=1) / np.sqrt(draws) + 1e-12 * length ** 2:
         return _("variance too large: E||Q(x) - x||^2 is about {v}, QSGD's bound is {b}").format(
             v=show(float(per_draw.mean())), b=show(bound))
     return None

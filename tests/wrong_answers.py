@@ -881,11 +881,14 @@ RIGHT = {
             workers, n = targets.shape
             w, ledgers = np.zeros(n), np.zeros((workers, n))
             for _ in range(steps):
-                totals = (w - targets) + ledgers
-                thresholds = -np.sort(-np.abs(totals), axis=1)[:, k - 1:k]
-                sent = np.where(np.abs(totals) >= thresholds, totals, 0.0)
-                ledgers = totals - sent
-                w = w - lr * sent.mean(axis=0)
+                sent_sum = np.zeros(n)
+                for i in range(workers):
+                    total = (w - targets[i]) + ledgers[i]
+                    t = np.partition(np.abs(total), n - k)[n - k]
+                    sent = np.where(np.abs(total) >= t, total, 0.0)
+                    ledgers[i] = total - sent
+                    sent_sum += sent
+                w -= lr * sent_sum / workers
             return w"""),
     "04.5": _src("""
         def dgc_step(w, grads, velocity, ledger, k, lr, momentum):

@@ -17,13 +17,13 @@ import time
 import pytest
 
 from _grade_helpers import (HIDDEN, ROOT, SOLUTIONS, TORCH_TOPK, code_cell, graded_cell, save, solution,
-                            with_cell)
+                            tasks, with_cell)
 from milktea.grade import Limits, grade_class
 from milktea.grade.notebook import read_notebook
 
-TOPK = ["03.1", "03.2", "03.3", "03.4"]
-EF = ["04.1", "04.2", "04.3"]
-POINTS = {"03.1": 2, "03.2": 2, "03.3": 2, "03.4": 2, "04.1": 3, "04.2": 2, "04.3": 3}
+TOPK = [t.id for t in tasks("03_topk")]
+EF = [t.id for t in tasks("04_error_feedback")]
+POINTS = {t.id: t.points for ch in ("03_topk", "04_error_feedback") for t in tasks(ch)}
 LIMITS = Limits(task_seconds=3, submission_seconds=60, memory_mb=1024, wall_factor=2)
 
 # student -> (task sabotaged, new source of its cell, expected failure kind, words in the feedback)
@@ -222,9 +222,10 @@ def test_a_changed_notebook_is_regraded(graded, tmp_path):
     save(fixed, subs / "crash" / "03_topk.ipynb")
     records = grade_class(str(subs), str(out), str(SOLUTIONS), str(HIDDEN), limits=LIMITS, progress=False)
     assert (out / "summary.txt").read_text().startswith("Graded 1 submission ")
-    assert records["crash"]["score"] == 8
+    topk_points = sum(POINTS[t] for t in TOPK)
+    assert records["crash"]["score"] == topk_points
     _, rows = read_csv(out / "grades.csv")
-    assert rows["crash"]["total"] == 8 and rows["alice"]["total"] == 16
+    assert rows["crash"]["total"] == topk_points and rows["alice"]["total"] == sum(POINTS.values())
 
 
 def test_killed_grader_resumes_to_the_same_table(graded, tmp_path):
