@@ -16,7 +16,7 @@ import pytest
 from _grade_helpers import CHAPTERS, load
 from milktea.grade.assignment import reference
 from milktea.grade.child import decode, encode
-from milktea.grade.prepare import expected_of, harness, task_rng
+from milktea.grade.prepare import expected_of, task_rng
 from wrong_answers import RIGHT, WRONG
 
 SEED = 5
