@@ -6,7 +6,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from milktea.distributed.worker import progress
+from milktea.distributed.worker import progress, report
 
 
 def kill_self_at(rank: int, step: int):
@@ -27,6 +27,7 @@ def hang_at(rank: int, step: int):
     t = torch.ones(8)
     for s in range(10_000):
         if dist.get_rank() == rank and s == step:
+            report(("stopping", time.time()))
             time.sleep(3600)
         dist.all_reduce(t)
         progress()
@@ -46,3 +47,25 @@ def sleep_forever():
 def say_hello():
     from milktea.distributed.worker import report
     report(f"hello from {dist.get_rank()}")
+
+
+def ddp_hang_at(rank: int, step: int, hook: bool = True):
+    """A small DDP model (with milktea's hook, or plain) trained step by step; `rank` stops
+    inside its step `step` (a sleep before its forward pass), after telling the parent when."""
+    import milktea
+    from milktea import TopK
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)))
+    if hook:
+        milktea.ddp.compress(model, TopK(ratio=0.1), error_feedback=True, min_size=16)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for s in range(10_000):
+        if dist.get_rank() == rank and s == step:
+            report(("stopping", time.time()))
+            time.sleep(3600)
+        model(torch.randn(8, 32)).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+        progress()
+    return "finished"

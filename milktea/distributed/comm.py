@@ -15,6 +15,19 @@ from milktea.distributed.stats import StatsLog
 _all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
+def default_timeout():
+    """The default process group's collective timeout (init_process_group's `timeout`), for
+    a group of our own: `new_group` would otherwise give it torch's default (30 minutes for
+    gloo), and a rank waiting there for a peer that stopped would wait that long. None
+    where this torch does not say (then new_group's own default applies)."""
+    try:
+        group = dist.distributed_c10d._get_default_group()
+        device = torch.device("cuda" if dist.get_backend() == "nccl" else "cpu")
+        return group._get_backend(device).options._timeout
+    except (AttributeError, RuntimeError, ValueError):
+        return None
+
+
 class Comm:
     """Collectives on `group` (None: the default group) for one hook state."""
 

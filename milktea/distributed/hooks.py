@@ -33,7 +33,7 @@ import torch.distributed as dist
 
 from milktea import cost
 from milktea.distributed import protocols
-from milktea.distributed.comm import Comm
+from milktea.distributed.comm import Comm, default_timeout
 from milktea.distributed.link import EmulatedLink
 from milktea.distributed.stats import StatsLog
 from milktea.checks import check_choice, check_int
@@ -114,7 +114,7 @@ class CompressionState:
         self.compressor, self.error_feedback, self.policy = compressor, bool(error_feedback), policy
         self.model_link = model_link if model_link is not None else (link.link if link else None)
         if group is None:   # a group of our own: collective, every rank calls compress() in the same order
-            group = dist.new_group(dist.get_process_group_ranks(model.process_group))
+            group = dist.new_group(dist.get_process_group_ranks(model.process_group), timeout=default_timeout())
             self._own_group = group
         else:
             self._own_group = None

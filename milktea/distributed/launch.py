@@ -13,7 +13,10 @@ If a rank raises or dies, the others are stopped at once and the parent raises
 `WorkerError` naming that rank (a rank killed by a signal is named, not the peer that
 then lost its connection), with its traceback. A rank that stops making progress (see
 `progress()` in milktea.distributed.worker, the side that runs in each rank) is named
-too: `stall_timeout` stops the run when some rank has made no progress for that long.
+too, with what it was doing (milktea.distributed.hang): as soon as a peer's collective
+times out waiting for it (`collective_timeout`, plus a second), or earlier with
+`stall_timeout`, when some rank has made no progress for that long. Either way
+`WorkerHang` names the rank not waiting in a collective, not the peers left waiting.
 No worker is left running.
 From the shell:  python -m milktea.distributed -n 2 milktea.distributed.examples:allreduce_sum
 """
@@ -32,7 +35,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from milktea.distributed.worker import BEAT_EVERY_S, run_worker
+from milktea.distributed.hang import Beat, WorkerHang, after_timeout, hang_error, stopped
+from milktea.distributed.worker import run_worker
 from milktea.threads import per_rank
 
 
@@ -75,15 +79,6 @@ def pick_backend(nprocs: int, backend: str = "auto") -> str:
     if backend == "auto":
         return "nccl" if gpus >= nprocs and dist.is_nccl_available() else "gloo"
     return backend
-
-
-class WorkerHang(TimeoutError):
-    """The run stopped making progress; `rank` is the rank that stopped first (fewest
-    steps, then the oldest news), `steps` every rank's progress count."""
-
-    def __init__(self, message: str, rank: int | None, steps: dict):
-        self.rank, self.steps = rank, steps
-        super().__init__(message)
 
 
 def _check_function(fn: Callable) -> bytes:
@@ -134,7 +129,9 @@ def launch(fn: Callable, nprocs: int = 2, args: tuple = (), kwargs: dict | None 
 
     timeout: seconds for the whole run (None: no limit) before every worker is killed
     and TimeoutError raised. collective_timeout: how long a collective may wait for a
-    peer. on_message(rank, obj) receives what workers send with `report(obj)`.
+    peer (the DDP hook's own process group too); when one times out because a peer
+    stopped, `WorkerHang` names that peer and what it was doing, about a second later.
+    on_message(rank, obj) receives what workers send with `report(obj)`.
     stall_timeout: once the ranks have called `progress()`, stop the run when one of them
     has made no progress for this many seconds, raising `WorkerHang` that names it (keep
     it below collective_timeout, else the waiting peer's timeout error comes first).
@@ -207,11 +204,12 @@ def start_worker(target: Callable, rank: int, nprocs: int, cfg: dict, *extra):
 
 
 def _supervise(procs, conns, out, on_message, deadline, timeout, stall_timeout,
-               grace: float = 0.0) -> WorkerError | None:
+               grace: float = 0.0) -> WorkerError | WorkerHang | None:
     """Wait for every rank's result in `out`; return the first rank's failure (None if all
-    returned; with `grace`, the others' endings in its `others`); WorkerHang on a stall."""
+    returned; with `grace`, the others' endings in its `others`), or a WorkerHang naming the
+    peer it waited for when that failure is a collective's timeout; raise WorkerHang on a stall."""
     live = set(range(len(procs)))
-    beats = {r: _Beat() for r in live}
+    beats = {r: Beat() for r in live}
     started = False
     while live:
         wait_s = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
@@ -220,6 +218,14 @@ def _supervise(procs, conns, out, on_message, deadline, timeout, stall_timeout,
         if failure is not None:
             heard: dict = {}
             failure = _root_cause(failure, procs, conns, live, out, on_message, beats, heard=heard)
+            # a collective that timed out: its peer stopped; name that one if it is alive and silent
+            hang = after_timeout("launch", beats, failure.rank, f"{failure.exc_type}: {failure.message}",
+                                 [r for r in live if r not in heard and procs[r].is_alive()])
+            if hang is not None:
+                if grace > 0:   # the others may still save their state, as after a failure
+                    hang.others = _wind_down(hang.rank, grace, procs, conns, live, out, on_message, beats, heard)
+                hang.args = (hang.args[0] + "; all workers were stopped",)
+                return hang
             if grace > 0:
                 failure.others = _wind_down(failure.rank, grace, procs, conns, live, out, on_message, beats, heard)
                 failure.args = (failure.args[0] + "\n\nthe other ranks: " + "; ".join(
@@ -306,35 +312,11 @@ def _wind_down(failed: int, grace: float, procs, conns, live, out, on_message, b
     return dict(sorted(ended.items()))
 
 
-class _Beat:
-    """What the parent last heard from one rank's heartbeat."""
-
-    def __init__(self):
-        self.steps, self.changed, self.heard = 0, time.monotonic(), None
-        self.where, self.waiting = "starting up", False
-
-    def update(self, steps: int, where: str, waiting: bool) -> None:
-        if steps != self.steps:
-            self.steps, self.changed = steps, time.monotonic()
-        self.heard, self.where, self.waiting = time.monotonic(), where, waiting
-
-
 def _hang(beats, live, limit, stalled) -> WorkerHang:
-    """Name the rank that stopped: one not waiting in a collective (its peers wait for it),
-    then the fewest steps, then the longest without news."""
-    steps = {r: beats[r].steps for r in sorted(live)}
-    now = time.monotonic()
-    rank = min(live, key=lambda r: (beats[r].waiting, beats[r].steps, beats[r].heard or 0))
-    b = beats[rank]
-    doing = ("waiting in a collective" if b.waiting else "busy") + f" at {b.where}"
-    if b.heard is None or now - b.heard > 10 * BEAT_EVERY_S + 5:
-        doing = "no heartbeat " + ("ever" if b.heard is None else f"for {now - b.heard:.0f} s") + \
-            f" (holding the interpreter, or stopped; last seen at {b.where})"
-    why = (f"rank {rank} stopped making progress after {b.steps} steps, {now - b.changed:.0f} s ago: "
-           f"{doing}; steps per rank: {steps}")
+    """The run's time limit or the stall check: name the rank that stopped (hang.stopped)."""
     what = "no progress" if stalled else "the run's time limit"
-    return WorkerHang(f"launch: {why}. Stopped after {limit:g} s ({what}); all workers were stopped",
-                      rank, steps)
+    return hang_error("launch", beats, stopped(beats, live),
+                      f"Stopped after {limit:g} s ({what}); all workers were stopped")
 
 
 def _exit_error(rank: int, code: int | None) -> WorkerError:

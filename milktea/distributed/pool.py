@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import milktea.distributed.launch  # noqa: F401 - the module, not the function of the same name
 from milktea.distributed import worker as W
+from milktea.distributed.hang import where
 
 L = sys.modules["milktea.distributed.launch"]   # launch's parent side, shared
 
@@ -116,9 +117,9 @@ def _beat(conn, rank: int, main_id: int) -> None:
     while True:
         time.sleep(W.BEAT_EVERY_S)
         if W._beating.is_set():
-            where, waiting = W._where(sys._current_frames().get(main_id))
+            spot, waiting = where(main_id)
             try:
-                W._send(conn, ("beat", rank, W._steps[0], where, waiting))
+                W._send(conn, ("beat", rank, W._steps[0], spot, waiting))
             except (OSError, ValueError):
                 return
 

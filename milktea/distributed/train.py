@@ -23,7 +23,8 @@ import torch.distributed as dist
 
 from milktea.checks import check_int
 from milktea.distributed import schemes
-from milktea.distributed.worker import progress
+from milktea.distributed.hang import WorkerHang, watch
+from milktea.distributed.worker import end_process, progress
 from milktea.timing import median
 
 
@@ -345,7 +346,11 @@ def main(argv: list[str] | None = None) -> None:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=a.timeout))
         try:
-            res = train(cfg)
+            with watch():        # a peer that stops is named when our collective times out
+                res = train(cfg)
+        except WorkerHang as e:
+            print(f"milktea.train, {e}", file=sys.stderr)
+            end_process(1)       # the peer that stopped will never leave the group with us
         finally:
             dist.destroy_process_group()
         if int(os.environ["RANK"]) == 0:
@@ -363,5 +368,4 @@ def main(argv: list[str] | None = None) -> None:
 if __name__ == "__main__":
     main()
     if "RANK" in os.environ:   # under torchrun this process joined (and left) a process group
-        from milktea.distributed.worker import end_process
         end_process(0)         # a normal exit can abort in gloo's threads: see end_process

@@ -21,11 +21,12 @@ import time
 import traceback
 from typing import Any
 
+from milktea.distributed.hang import BEAT_EVERY_S, STEPS, where
+
 _conn = None  # inside a worker: the pipe to the parent (used by report() and progress())
-_steps = [0]         # inside a worker: progress() calls so far
+_steps = STEPS       # inside a worker: progress() calls so far (shared with hang.watch)
 _send_lock = threading.Lock()   # the heartbeat thread and the main thread share the pipe
 _beating = threading.Event()    # set while the worker's function runs
-BEAT_EVERY_S = 0.5   # how often a worker tells the parent its progress and where it is
 
 
 def report(obj: Any) -> None:
@@ -36,23 +37,11 @@ def report(obj: Any) -> None:
 
 
 def progress() -> None:
-    """From inside a worker: count one unit of progress (a training step). When the run
-    stalls, the parent names the rank that is not waiting in a collective, with the
-    fewest steps. Costs an integer increment (a thread sends it twice a second)."""
+    """From inside a worker (under `launch`, or torchrun with `hang.watch()`): count one unit
+    of progress (a training step). When the run stalls, the rank named is the one not
+    waiting in a collective, with the fewest steps (milktea.distributed.hang). Costs an
+    integer increment (a thread sends it twice a second)."""
     _steps[0] += 1
-
-
-def _where(frame) -> tuple[str, bool]:
-    """The innermost line of the main thread, and whether it waits in torch.distributed."""
-    waiting, inner = False, None
-    while frame is not None:
-        path = frame.f_code.co_filename.replace(os.sep, "/")
-        if "torch/distributed/" in path:
-            waiting = True
-        if inner is None:
-            inner = f"{os.path.basename(path)}:{frame.f_lineno} in {frame.f_code.co_name}"
-        frame = frame.f_back
-    return inner or "?", waiting
 
 
 def _send(conn, msg) -> None:
@@ -66,9 +55,9 @@ def _heartbeat(conn, rank: int, main_id: int) -> None:
         time.sleep(BEAT_EVERY_S)
         if not _beating.is_set():   # the function has returned
             return
-        where, waiting = _where(sys._current_frames().get(main_id))
+        spot, waiting = where(main_id)
         try:
-            _send(conn, ("beat", rank, _steps[0], where, waiting))
+            _send(conn, ("beat", rank, _steps[0], spot, waiting))
         except (OSError, ValueError):   # the parent has gone or the pipe was closed
             return
 

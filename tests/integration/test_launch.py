@@ -3,6 +3,7 @@ its connection), one that stopped making progress (not the peers left waiting fo
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -23,16 +24,23 @@ def test_a_killed_rank_is_named_not_the_peer_that_lost_it(victim):
     assert "SIGKILL" in str(e)
 
 
-# The stall timeout is generous: on a loaded machine a healthy step can take seconds, and a
-# stall declared before rank 1 really stops would name whichever rank was slow then.
-def test_a_hung_rank_is_named_after_the_stall_timeout():
+# A rank stops inside its step (a sleep); its peer waits in that step's collective until
+# `collective_timeout` (6 s here: a healthy step of these small models takes milliseconds,
+# even on a loaded machine). The hang is named then, plus about a second: not at the run's
+# time limit (150 s), and the rank named is the one that stopped, not the one left waiting.
+@pytest.mark.parametrize("how", ["allreduce", "ddp", "ddp+hook"])
+def test_a_stopped_rank_is_named_when_its_peers_collective_times_out(how):
+    stopped_at = []
+    fn, args = (w.hang_at, (1, 5)) if how == "allreduce" else (w.ddp_hang_at, (1, 5, how == "ddp+hook"))
     with pytest.raises(WorkerHang) as info:
-        launch(w.hang_at, 2, args=(1, 5), stall_timeout=20, collective_timeout=170, timeout=170, threads=1)
-    assert info.value.rank == 1, str(info.value)
-    assert "(no progress)" in str(info.value)     # the stall check, not the run's time limit
-    assert "rank 1 stopped making progress" in str(info.value)
-    assert "busy at launch_workers.py" in str(info.value) and "in hang_at" in str(info.value)
-    assert info.value.steps[0] >= info.value.steps[1]
+        launch(fn, 2, args=args, collective_timeout=6, timeout=150, threads=1,
+               on_message=lambda rank, msg: stopped_at.append(msg[1]))
+    late = time.time() - stopped_at[0]
+    text = str(info.value)
+    assert info.value.rank == 1 and "rank 1 stopped making progress after 5 steps" in text, text
+    assert "busy at launch_workers.py" in text and f"in {fn.__name__}" in text      # what it was doing
+    assert "Rank 0 waited for it in a collective until that timed out (Timed out waiting 6000ms" in text
+    assert late < 6 + 30, f"named {late:.0f} s after the rank stopped"            # not at the 150 s limit
 
 
 def test_the_whole_run_timeout_also_names_the_rank_behind():
@@ -52,3 +60,24 @@ def test_train_timeout_flag_reaches_the_launcher():
     assert launch_timeouts(a.timeout) == {"stall_timeout": 7, "collective_timeout": 44}
     from milktea.distributed.compare import build_parser as compare_parser
     assert compare_parser().parse_args(["--timeout", "9"]).timeout == 9
+
+
+# python -m milktea.train whose rank 1 stops inside its step 5 (tests/hang_train.py patches the
+# step): with --workers the launcher's stall check names it after --timeout; under torchrun
+# rank 0's collective times out after --timeout and it reads rank 1's heartbeat from the store.
+@pytest.mark.parametrize("runner", ["workers", "torchrun"])
+def test_train_names_the_rank_that_stopped(runner):
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    if runner == "torchrun" and not os.path.exists(torchrun):
+        pytest.skip("torchrun is not installed beside this Python")
+    script = os.path.join(ROOT, "tests", "hang_train.py")
+    flags = ["--scheme", "topk", "--steps", "1000", "--hidden", "16", "--timeout", "6"]
+    cmd = ([sys.executable, script, "--workers", "2"] if runner == "workers" else
+           [torchrun, "--standalone", "--nproc-per-node", "2", script])
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    r = subprocess.run(cmd + flags, cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
+    assert r.returncode != 0
+    said = [line for line in r.stderr.splitlines() if "stopped making progress" in line]
+    assert said and "rank 1 stopped making progress after 5 steps" in said[0], r.stderr[-3000:]
+    assert "busy at hang_train.py" in said[0] and "in stalling_step" in said[0]
+    assert ("(no progress)" if runner == "workers" else "Rank 0 waited for it in a collective") in said[0]
