@@ -13,7 +13,7 @@ import math
 
 from .. import cost
 from ..i18n import N_, _
-from ..tables import word
+from ..tables import display_width, pad, word
 from ..timing import median
 from . import verdicts
 
@@ -153,7 +153,8 @@ def behind_dense(comparison, points: float = 5.0) -> str:
                                                   points / 100).kind == "behind"]
     if not behind:
         return verdicts.tidy("")
-    names = _(", ").join(f"{word(r['label'])} ({verdicts.gap(r['accuracy'], dense['accuracy'], _('dense'))})"
+    names = _(", ").join(_("{name} ({gap})").format(name=word(r["label"]),
+                                                   gap=verdicts.gap(r["accuracy"], dense["accuracy"], _("dense")))
                          for r in behind)
     return verdicts.tidy(_("More than {points:g} points behind dense after {steps} steps: {names}.").format(
         points=points, steps=comparison.config["steps"], names=names))
@@ -163,14 +164,15 @@ def crossing_lines(gbits, curves: dict) -> list[str]:
     """For each re-priced curve: where compression stops paying, in words."""
     from ..distributed.reprice import crossing
     out = []
-    width = max((len(k) for k in curves if k != "gbit"), default=0)
+    names = {k: word(k) for k in curves if k != "gbit"}
+    width = max((display_width(v) for v in names.values()), default=0)
     for label, speedups in curves.items():
         if label == "gbit":
             continue
         b = crossing(gbits, speedups)
         where = (_("pays on every link tried") if b == math.inf else
                  _("never pays here") if b == 0 else _("stops paying above {b:.2g} Gbit/s").format(b=b))
-        out.append(f"{label:<{width}}  {where}")
+        out.append(pad(names[label], width) + "  " + where)
     return out
 
 

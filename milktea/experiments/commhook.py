@@ -319,12 +319,16 @@ def demo_sentence(out: dict) -> str:
         text += _("Your step accumulated {m} micro-batches and DDP called your hook {b} time(s), all in the last "
                   "backward pass (the others ran inside no_sync()).").format(
             m=out["micro-batches in your step"], b=out["buckets"]) + " "
-    same = _("are bit for bit those of") if diff == 0 else _("differ from those of")
-    text += _("Your hook sent {dtypes}: {mine:,} bytes against {dense:,} dense, and its gradients {same} PyTorch's "
-              "fp16 hook (largest difference {diff:.1e}); both differ from the fp32 all-reduce by a relative {rel:.1e}, "
-              "fp16's rounding.").format(dtypes=", ".join(out["your hook sent"]), mine=out["your hook bytes"],
-                                         dense=out["dense bytes"], same=same, diff=diff,
-                                         rel=out["your hook vs dense (relative error)"])
+    if diff == 0:
+        text += _("Your hook sent {dtypes}: {mine:,} bytes against {dense:,} dense, and its gradients are bit for bit "
+                  "those of PyTorch's fp16 hook; both differ from the fp32 all-reduce by a relative {rel:.1e}, fp16's "
+                  "rounding.").format(dtypes=", ".join(out["your hook sent"]), mine=out["your hook bytes"],
+                                      dense=out["dense bytes"], rel=out["your hook vs dense (relative error)"])
+    else:
+        text += _("Your hook sent {dtypes}: {mine:,} bytes against {dense:,} dense, and its gradients differ from "
+                  "PyTorch's fp16 hook's by up to {diff:.1e}; from the fp32 all-reduce, by a relative {rel:.1e}.").format(
+            dtypes=", ".join(out["your hook sent"]), mine=out["your hook bytes"], dense=out["dense bytes"], diff=diff,
+            rel=out["your hook vs dense (relative error)"])
     caps = sorted(k for k in out if k.startswith("buckets at bucket_cap_mb="))
     if caps:
         text += " " + _("The same backward pass made {counts} hook calls at bucket_cap_mb = {caps} MB.").format(

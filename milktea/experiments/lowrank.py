@@ -13,7 +13,10 @@ import torch
 from .. import cost
 from ..compressors import PowerSGD, TopK, orthonormalize
 from ..i18n import N_
+
 from ..timing import time_it
+
+_LABELS = (N_("PowerSGD r{} + ledger"), N_("PowerSGD r{}, no ledger"))   # chapter 06's run names, for tables.word
 
 # linearity()'s keys as a reader sees them (tables.pairs)
 LINEARITY_KEYS = (N_("workers"), N_("Top-K: positions kept by every worker"), N_("Top-K: positions per worker"),
