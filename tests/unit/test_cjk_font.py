@@ -120,14 +120,16 @@ def _glyph_complaints(draw) -> list[str]:
 
 
 def _ch00(fig):
+    from milktea.plots.training import curve
     from milktea.simulate import simulate
     from milktea.tasks import Quadratic
-    simulate(Quadratic(), workers=2, steps=3, lr=0.1, progress=False).plot(ax=fig.subplots())
+    curve(simulate(Quadratic(), workers=2, steps=3, lr=0.1, progress=False), ax=fig.subplots())
 
 
 def _ch01(fig):
-    from milktea import cost
-    cost.scissors(10).plot(ax=fig.subplots())
+    from milktea.experiments.bottleneck import scissors
+    from milktea.plots.bottleneck import scissors as scissors_plot
+    scissors_plot(scissors(10), ax=fig.subplots())
 
 
 def _ch02(fig):
