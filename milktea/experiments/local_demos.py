@@ -16,7 +16,7 @@ from . import verdicts
 
 LR = 3e-3
 COLUMNS = (N_("scheme"), N_("outer steps"), N_("kB per worker"), N_("peak kB per exchange"), N_("test accuracy"),
-           N_("test loss"), N_("optimizer steps"))
+           N_("test loss"), N_("val accuracy"), N_("val loss"), N_("optimizer steps"))
 
 
 def table(rows: list[dict]) -> list[dict]:
@@ -27,21 +27,31 @@ def table(rows: list[dict]) -> list[dict]:
 def _row(name: str, h, **extra) -> dict:
     per_worker = [sum(b[w] for b in h.bytes_sent) for w in range(h.workers)]
     peak = max(max(b) for b in h.bytes_sent)
+    split = "val" if "perplexity" in h.evals else "test"     # the GPT's held-out text is its validation set
     return {"scheme": name, "outer steps": h.outer_steps, "kB per worker": sum(per_worker) / h.workers / 1e3,
-            "peak kB per exchange": peak / 1e3, "test accuracy": h.final("accuracy"), "test loss": h.final("loss"),
-            "history": h, **extra}
+            "peak kB per exchange": peak / 1e3, f"{split} accuracy": h.final("accuracy"),
+            f"{split} loss": h.final("loss"), "loss": h.final("loss"), "history": h, **extra}
 
 
 def streaming(task, *, workers: int = 4, steps: int = 400, inner_steps: int = 20, fragments: int = 4,
-              overlap: int = 2, batch: int = 16, seed: int = 0) -> list[dict]:
+              overlap: int = 2, batch: int = 16, seed: int = 0, start=None) -> list[dict]:
     """Plain DiLoCo against Streaming DiLoCo (P fragments in turn, tau steps of overlap),
-    both with 4-bit reports: the same bytes, a P times smaller peak."""
+    both with 4-bit reports: about the same bytes, a peak about P times smaller (fragments
+    are whole tensors, so they are only as even as the model's tensors allow)."""
     q = Quantize(bits=4, chunk=None)
     runs = {_("all at once (P = 1)"): DiLoCo(inner_steps, AdamW(lr=LR), compressor=q),
-            _("{P} fragments, tau = {tau}").format(P=fragments, tau=overlap):
+            _("{P} fragments, τ = {tau}").format(P=fragments, tau=overlap):
                 DiLoCo(inner_steps, AdamW(lr=LR), compressor=q, fragments=fragments, overlap=overlap)}
-    return [_row(name, simulate(task, s, workers=workers, steps=steps, batch=batch, seed=seed))
+    return [_row(name, simulate(task, s, workers=workers, steps=steps, batch=batch, seed=seed, start=start))
             for name, s in runs.items()]
+
+
+def streaming_sentence(rows: list[dict]) -> str:
+    whole, stream = rows
+    return _("{a:.0f} kB and {b:.0f} kB per worker in all (each fragment's packet has its own header); the largest single exchange falls from {p:.0f} kB to {q:.0f} kB, {r:.1f}x smaller. Held-out loss with fragments: {said}.").format(
+        a=whole["kB per worker"], b=stream["kB per worker"], p=whole["peak kB per exchange"],
+        q=stream["peak kB per exchange"], r=whole["peak kB per exchange"] / stream["peak kB per exchange"],
+        said=verdicts.relative(stream["loss"], whole["loss"], whole["scheme"]))
 
 
 def sparse_report(ratio: float = 0.02, bits: int = 2) -> Chain:
@@ -62,24 +72,32 @@ def ledger(task, *, workers: int = 4, steps: int = 400, inner_steps: int = 10, b
 
 def ledger_sentence(rows: list[dict]) -> str:
     with_it, without = rows
-    return _("The ledger {effect} on test accuracy ({a:.1%} with it, {b:.1%} without), for the same bytes.").format(
+    return _("The ledger {effect} on test accuracy ({a:.1%} with it, {b:.1%} without), with {ka:.2f} and {kb:.2f} kB per worker.").format(
         effect=verdicts.effect(with_it["test accuracy"], without["test accuracy"], noise=0.005),
-        a=with_it["test accuracy"], b=without["test accuracy"])
+        a=with_it["test accuracy"], b=without["test accuracy"], ka=with_it["kB per worker"],
+        kb=without["kB per worker"])
 
 
 def outage(task, *, workers: int = 4, steps: int = 400, inner_steps: int = 20, closed=(3, 8), batch: int = 16,
            seed: int = 0) -> dict:
     """The same DiLoCo run twice: with every worker open, and with the last worker closed
-    for outer steps closed[0] .. closed[1] - 1. Returns both rows and who was heard."""
+    for outer steps closed[0] .. closed[1] - 1 (counted from 0; shown counted from 1).
+    Returns both rows and who was heard."""
     scheme = DiLoCo(inner_steps, AdamW(lr=LR))
     down = Outage(workers - 1, *closed)
     full = simulate(task, scheme, workers=workers, steps=steps, batch=batch, seed=seed)
     dark = simulate(task, scheme, workers=workers, steps=steps, batch=batch, seed=seed, outages=[down])
-    heard = [{_("outer step"): t // inner_steps, _("workers heard"): ", ".join(map(str, ws))}
-             for t, _f, ws in dark.quorum]
+    heard: list = []                 # consecutive outer steps (counted from 1) with the same quorum
+    for t, _f, ws in dark.quorum:
+        who = ", ".join(map(str, ws))
+        if heard and heard[-1][1] == who:
+            heard[-1][0][1] = t // inner_steps
+        else:
+            heard.append([[t // inner_steps, t // inner_steps], who])
+    heard = [{_("outer steps"): f"{a}" if a == b else f"{a}-{b}", _("workers heard"): who} for (a, b), who in heard]
     return {"rows": [_row(_("every branch open"), full),
-                     _row(_("branch {w} closed for outer steps {a} to {b}").format(w=down.worker, a=down.start,
-                                                                                   b=down.stop - 1), dark)],
+                     _row(_("branch {w} closed for outer steps {a} to {b}").format(w=down.worker, a=down.start + 1,
+                                                                                   b=down.stop), dark)],
             "heard": heard, "recovery kB": dark.recovery_bytes / 1e3, "outage": down}
 
 

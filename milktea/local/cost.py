@@ -42,10 +42,12 @@ def report_bytes(params: float, *, compressor=None, bits: float | None = None) -
     if compressor is None:
         return params * 4.0
     from .config import check_compressor
+    from .exchange import torch_kernels
     check_compressor(compressor)
     n = int(min(params, SAMPLE))
     sample = torch.randn(n, generator=torch.Generator().manual_seed(0))
-    return compressor.fork(0, 0).compress(sample).nbytes * params / n
+    with torch_kernels():                # numba's pool, once started, slows the torch work after it
+        return compressor.fork(0, 0).compress(sample).nbytes * params / n
 
 
 def _link_terms(nbytes: float, workers: int, link: cost.Link, collective: str) -> tuple[float, float]:
