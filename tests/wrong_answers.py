@@ -843,6 +843,83 @@ WRONG = {
                         best = (cap, free)
                 return best[0], float(best[1])""")),
     ],
+    # --- 08: local steps -------------------------------------------------------------------------
+    "08.1": [
+        ("the sign flipped: head office moves away from the workers", _src("""
+            def outer_step(theta, delta, buffer, lr, momentum):
+                new = np.array(delta, copy=True) if buffer is None else momentum * buffer + delta
+                return (theta + lr * (delta + momentum * new)).astype(theta.dtype), new.astype(theta.dtype)""")),
+        ("heavy-ball momentum: no Nesterov look-ahead", _src("""
+            def outer_step(theta, delta, buffer, lr, momentum):
+                new = np.array(delta, copy=True) if buffer is None else momentum * buffer + delta
+                return (theta - lr * new).astype(theta.dtype), new.astype(theta.dtype)""")),
+        ("the look-ahead uses last week's buffer", _src("""
+            def outer_step(theta, delta, buffer, lr, momentum):
+                old = np.zeros_like(delta) if buffer is None else buffer
+                new = momentum * old + delta
+                return (theta - lr * (delta + momentum * old)).astype(theta.dtype), new.astype(theta.dtype)""")),
+        ("the learning rate folded into the buffer", _src("""
+            def outer_step(theta, delta, buffer, lr, momentum):
+                new = lr * delta if buffer is None else momentum * buffer + lr * delta
+                return (theta - (lr * delta + momentum * new)).astype(theta.dtype), new.astype(theta.dtype)""")),
+    ],
+    "08.2": [
+        ("H forgotten: a report every step", _src("""
+            def bytes_per_token(params, inner_steps, tokens_per_step, bits, density, index_bytes):
+                per_value = bits / 8 + (index_bytes if density < 1 else 0)
+                return float(params * density * per_value / tokens_per_step)""")),
+        ("bits counted as bytes", _src("""
+            def bytes_per_token(params, inner_steps, tokens_per_step, bits, density, index_bytes):
+                per_value = bits + (index_bytes if density < 1 else 0)
+                return float(params * density * per_value / (inner_steps * tokens_per_step))""")),
+        ("positions counted for a dense report too", _src("""
+            def bytes_per_token(params, inner_steps, tokens_per_step, bits, density, index_bytes):
+                return float(params * density * (bits / 8 + index_bytes) / (inner_steps * tokens_per_step))""")),
+        ("multiplied by H instead of divided", _src("""
+            def bytes_per_token(params, inner_steps, tokens_per_step, bits, density, index_bytes):
+                per_value = bits / 8 + (index_bytes if density < 1 else 0)
+                return float(params * density * per_value * inner_steps / tokens_per_step)""")),
+    ],
+    "08.3": [
+        ("the pseudo-gradient's sign flipped", _src("""
+            def report_with_ledger(theta_global, theta_local, ledger, k):
+                total = ledger + (theta_local - theta_global)
+                t = np.partition(np.abs(total).ravel(), total.size - k)[total.size - k]
+                sent = np.where(np.abs(total) >= t, total, 0).astype(theta_global.dtype)
+                return sent, (total - sent).astype(theta_global.dtype)""")),
+        ("the ledger never added in", _src("""
+            def report_with_ledger(theta_global, theta_local, ledger, k):
+                delta = theta_global - theta_local
+                t = np.partition(np.abs(delta).ravel(), delta.size - k)[delta.size - k]
+                sent = np.where(np.abs(delta) >= t, delta, 0).astype(theta_global.dtype)
+                return sent, (ledger + delta - sent).astype(theta_global.dtype)""")),
+        ("what was sent stays in the ledger", _src("""
+            def report_with_ledger(theta_global, theta_local, ledger, k):
+                total = ledger + (theta_global - theta_local)
+                t = np.partition(np.abs(total).ravel(), total.size - k)[total.size - k]
+                sent = np.where(np.abs(total) >= t, total, 0).astype(theta_global.dtype)
+                return sent, total.astype(theta_global.dtype)""")),
+        ("the largest values, not the largest magnitudes", _src("""
+            def report_with_ledger(theta_global, theta_local, ledger, k):
+                total = ledger + (theta_global - theta_local)
+                t = np.partition(total.ravel(), total.size - k)[total.size - k]
+                sent = np.where(total >= t, total, 0).astype(theta_global.dtype)
+                return sent, (total - sent).astype(theta_global.dtype)""")),
+    ],
+    "08.4": [
+        ("a plain mean: tokens ignored", _src("""
+            def quorum_mean(reports, tokens, is_open):
+                return np.asarray(reports, dtype=np.float64)[np.asarray(is_open, dtype=bool)].mean(axis=0)""")),
+        ("the closed branches' reports averaged in", _src("""
+            def quorum_mean(reports, tokens, is_open):
+                t = np.asarray(tokens, dtype=np.float64)
+                return t @ np.asarray(reports, dtype=np.float64) / t.sum()""")),
+        ("divided by every branch's tokens", _src("""
+            def quorum_mean(reports, tokens, is_open):
+                t = np.asarray(tokens, dtype=np.float64)
+                w = np.where(np.asarray(is_open, dtype=bool), t, 0.0)
+                return w @ np.asarray(reports, dtype=np.float64) / t.sum()""")),
+    ],
 }
 
 
@@ -931,4 +1008,12 @@ RIGHT = {
                 ends[cap] = float(overlap_timeline(np.array(back), np.array(comm))[-1, 1])
             best = min(sorted(ends), key=lambda c: ends[c])
             return best, ends[best]"""),
+    "08.4": _src("""
+        def quorum_mean(reports, tokens, is_open):
+            total, weight = 0.0, 0
+            for report, t, up in zip(reports, tokens, is_open):
+                if up:                               # a running sum, worker by worker
+                    total = total + t * np.asarray(report, dtype=np.float64)
+                    weight += t
+            return total / weight"""),
 }
