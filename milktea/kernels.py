@@ -52,12 +52,28 @@ def scale_cap(qmax: int) -> float:
 @functools.lru_cache(maxsize=None)
 def _load():
     try:  # numba is a dependency, but the library must still work where it cannot load
+        threads = torch.get_num_threads()
         from milktea import numba_kernels
+        _start_numba_pool()
+        # numba's OpenMP layer and torch share one OpenMP runtime: starting numba's pool sets
+        # the runtime's thread count to numba's, which would change torch's behind the user's
+        # back (a notebook that set torch.set_num_threads(1) found 2 after the first kernel)
+        torch.set_num_threads(threads)
         return numba_kernels
     except Exception as e:  # pragma: no cover - depends on the environment
         warnings.warn(f"numba could not load ({type(e).__name__}: {e}); milktea uses its slower "
                       "torch kernels instead", RuntimeWarning, stacklevel=3)
         return None
+
+
+def _start_numba_pool() -> None:
+    """Start numba's thread pool now rather than inside the first kernel, so that whatever it
+    does to the shared OpenMP runtime happens here, where `_load` undoes it."""
+    try:
+        from numba.np.ufunc import parallel
+        parallel._launch_threads()
+    except Exception:  # pragma: no cover - a numba without this entry point starts it lazily
+        pass
 
 
 def jit(t: torch.Tensor | None = None, numel: int | None = None):
