@@ -148,7 +148,7 @@ def count(n, digits: int = 3) -> str:
     n = float(n)
     zh = language() == "zh"
     if not math.isfinite(n) or abs(n) >= 1e15:  # beyond any count a book writes out
-        return f"{n:.{digits}g}"
+        return power_of_ten(n, digits) if zh else f"{n:.{digits}g}"
     for size, name in (((1e8, " 亿"), (1e4, " 万")) if zh else ((1e9, "B"), (1e6, "M"))):
         if abs(n) >= size:
             x = n / size
@@ -156,6 +156,23 @@ def count(n, digits: int = 3) -> str:
     if n != int(n):
         return f"{n:.{digits}g}"
     return f"{int(n)}" if zh else f"{int(n):,}"
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def power_of_ten(n: float, digits: int = 3) -> str:
+    """A number too large (or small) to write out, as a book prints it: 7.74×10²⁹.
+
+        >>> power_of_ten(7.74e29), power_of_ten(-2e-12, 2), power_of_ten(float("inf"))
+        ('7.74×10²⁹', '-2×10⁻¹²', 'inf')
+    """
+    n = float(n)
+    if not math.isfinite(n) or n == 0:
+        return f"{n:g}"
+    mantissa, exponent = f"{n:.{digits - 1}e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa else mantissa
+    return f"{mantissa}×10{str(int(exponent)).translate(_SUPERSCRIPT)}"
 
 
 def N_(message: str) -> str:

@@ -123,7 +123,7 @@ def model_error_sentence(comparison, tolerance: float = 0.2) -> str:
     good = [word(r["scheme"]) for r in rows if said[r["scheme"]].kind == "within"]
     if good:
         text = _("The cost model is within ±{tolerance:.0%} of the measured step for {names}.").format(
-            tolerance=tolerance, names=", ".join(good))
+            tolerance=tolerance, names=_(", ").join(good))
     else:
         text = _("The cost model is off by more than ±{tolerance:.0%} for every scheme.").format(tolerance=tolerance)
     bad = [r for r in rows if said[r["scheme"]].kind != "within"]

@@ -89,7 +89,7 @@ def outage(task, *, workers: int = 4, steps: int = 400, inner_steps: int = 20, c
     dark = simulate(task, scheme, workers=workers, steps=steps, batch=batch, seed=seed, outages=[down])
     heard: list = []                 # consecutive outer steps (counted from 1) with the same quorum
     for t, _f, ws in dark.quorum:
-        who = ", ".join(map(str, ws))
+        who = _(", ").join(map(str, ws))
         if heard and heard[-1][1] == who:
             heard[-1][0][1] = t // inner_steps
         else:

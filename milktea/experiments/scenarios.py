@@ -14,6 +14,7 @@ from .. import cost
 from ..advice import advise, memory_bound_codecs
 from ..compressors import Chain, Quantize, TopK
 from ..i18n import _, count
+from ..tables import word
 
 GPU_GBPS = 2000.0   # memory bandwidth assumed for the codecs on a data-centre GPU (HBM, ~2 TB/s)
 
@@ -115,8 +116,8 @@ def finetune_sentence(ft: dict) -> str:
     from . import verdicts
     text = _("Full fine-tuning: dense steps take **{d:.2f} s**; the guide picks **{fc}** ({fb:.2f} s at best). With an "
              "adapter of {ap} parameters a dense step takes {ad:.2f} s and the guide picks **{ac}**.").format(
-        d=ft["full dense step s"], fc=ft["full choice"], fb=ft["full best step s"], ap=count(ft["adapter params"]),
-        ad=ft["adapter dense step s"], ac=ft["adapter choice"])
+        d=ft["full dense step s"], fc=word(ft["full choice"]), fb=ft["full best step s"], ap=count(ft["adapter params"]),
+        ad=ft["adapter dense step s"], ac=word(ft["adapter choice"]))
     if ft["adapter choice"] == "dense":
         text += " " + _("Once the thing you exchange is small, there is nothing left to compress.")
     else:

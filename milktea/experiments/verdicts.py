@@ -295,7 +295,7 @@ def winner(values: dict, noise: float = 0.0, *, lower_is_better: bool = True,
     noise = _check_noise(noise)
     ok = {k: float(v) for k, v in values.items() if not missing(v)}
     lost = [k for k in values if k not in ok]
-    tail = _(" ({names}: not measured)").format(names=", ".join(lost)) if lost else ""
+    tail = _(" ({names}: not measured)").format(names=_(", ").join(lost)) if lost else ""
     if not ok:
         return Said(_("nothing was measured") + tail, "nan")
     order = sorted(ok, key=ok.get, reverse=not lower_is_better)

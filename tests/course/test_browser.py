@@ -493,17 +493,23 @@ def check_rendered(page, lab: Lab, run, shot: Path | None = None):
     every widget view drawn from the saved state, every Chinese character with a glyph."""
     import nbformat
     name = _id(run.path)
-    # Opened with no kernel: a kernel connecting while the saved state loads makes the widget
-    # manager declare itself restored from the (empty) kernel first, and views drawn in that
-    # moment stay "model not found". A reader who reopens a saved notebook has no live kernel either.
+    # Opened with its Python kernel, as a reader who reopens a saved notebook finds it (JupyterLab
+    # 4.6 starts the kernel of the notebook's language by itself), and run no further: the widget
+    # manager draws every view from the state saved in the notebook. (With "No Kernel" chosen,
+    # jupyterlab_widgets 3.0.17 loads no saved state at all: its restore starts from the kernel.)
     shown = Path(run.copy).with_name(Path(run.copy).stem + ".shown.ipynb")
     nb = nbformat.read(str(run.copy), as_version=4)
-    nb.metadata["kernelspec"] = {"name": "no-kernel", "display_name": "no kernel", "language": "python"}
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
     nbformat.write(nb, str(shown))
     lab.trust(shown)
     page.goto(f"{lab.url}/lab/tree/{_id(shown)}?reset&token={lab.token}")
     page.wait_for_selector(".jp-NotebookPanel .jp-Notebook", timeout=120_000)
-    page.get_by_role("button", name="No Kernel").click(timeout=60_000)   # "Select Kernel": none
+    # an older JupyterLab asks which kernel: take the notebook's own (the dialog's accept button)
+    dialog = page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept")
+    try:
+        dialog.click(timeout=5_000)
+    except Exception:   # no dialog: the kernel started by itself
+        pass
     views = _widget_outputs(run.nb)
     s = _wait(page, "the saved outputs and widget views to render",
               lambda s: len(s["prompts"]) > 0 and not s["loading"] and s["widgetViews"] >= views, 120)
@@ -607,7 +613,9 @@ def test_checks_catch_a_broken_notebook(kind, lab, page, monkeypatch):
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
 
-    folder = ROOT / "results" / "browser-selfcheck"  # under the server root, git-ignored
+    # under the server root, git-ignored; one folder per test, since two xdist workers run
+    # these side by side and each removes its own folder at the end
+    folder = ROOT / "results" / f"browser-selfcheck-{uuid.uuid4().hex[:8]}"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{kind}.ipynb"
     nbformat.write(new_notebook(cells=[new_code_cell(src) for src in BAD[kind]]), path)
@@ -640,7 +648,9 @@ def test_render_check_catches_a_broken_run(kind, lab, page):
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-    folder = ROOT / "results" / "browser-selfcheck"  # under the server root, git-ignored
+    # under the server root, git-ignored; one folder per test, since two xdist workers run
+    # these side by side and each removes its own folder at the end
+    folder = ROOT / "results" / f"browser-selfcheck-{uuid.uuid4().hex[:8]}"
     folder.mkdir(parents=True, exist_ok=True)
     cell = new_code_cell("x = 1")
     cell.outputs = [new_output(**BAD_RUN[kind])]

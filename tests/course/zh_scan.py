@@ -46,9 +46,11 @@ ALLOW = frozenset(w.lower() for w in """
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff"
 # Not prose: inline code, math, URLs, file names and paths, keyword arguments in a repr
-# (hidden=32), a repr's class name (History(...)), and an English gloss in full-width brackets after a Chinese term (回环接口（loopback）).
+# (hidden=32), a repr's class name and a lone first argument (Packet(quant, ...)), a scheme
+# or model name with a number in it (1-bit Adam, GPT-2 small), and an English gloss in full-width brackets after a Chinese term (回环接口（loopback）).
 _NOT_PROSE = [re.compile(p, re.S) for p in (
-    rf"(?<=[{_CJK}])（[^（）{_CJK}]*）", r"\b\w+=", r"\b[A-Z][A-Za-z]*(?=\()",
+    rf"(?<=[{_CJK}])（[^（）{_CJK}]*）", r"\b\w+=", r"\b[A-Z][A-Za-z]*\((?:[a-z_][\w-]*(?=[,)]))?",
+    r"\b\d+-bit\b", r"\bGPT-2 (?:small|medium|large)\b",
     r"```.*?```", r"`[^`]*`", r"\$\$.*?\$\$", r"(?<!\\)\$[^$\n]+\$", r"\\\(.*?\\\)", r"\\\[.*?\\\]",
     r"https?://\S+", r"\S+\.(?:py|ipynb|json|csv|md|txt|pt|otf|png)\b", r"(?:\.{0,2}/)?(?:[\w.-]+/)+[\w.-]+",
 )]

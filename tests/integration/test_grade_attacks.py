@@ -25,7 +25,7 @@ from _grade_helpers import (
     with_cell,
 )
 
-from milktea.grade import Limits, grade_class, isolation
+from milktea.grade import Limits, assignment, grade_class, isolation
 from milktea.grade.records import safe_name
 from milktea.grade.report import task_scores
 from milktea.grade.prepare import SetupError
@@ -35,7 +35,11 @@ BOX = isolation.probe()
 pytestmark = pytest.mark.skipif(not BOX.isolated and os.environ.get("CI") != "true",
                                 reason=f"no sandbox here: {BOX.why}")
 LIMITS = Limits(task_seconds=4, submission_seconds=60, memory_mb=1024, wall_factor=2)   # waiters stop at 8 s
-TOPK = {"03.1": 2, "03.2": 2, "03.3": 2, "03.4": 2}
+# the tasks and points of 03_topk as the assignment defines them (a new task changes every total)
+_A = assignment.load(str(SOLUTIONS / "03_topk.ipynb"))
+TOPK = {t.id: float(t.points) for t in _A.tasks}
+TOTAL = float(sum(TOPK.values()))
+LAST = list(TOPK)[-1]
 SECRET = "milktea-grader-secret-9c1d"
 SOLUTION_MARK = "SOLUTION-MARK-9c1d"
 HIDDEN_MARK = "HIDDEN-MARK-9c1d"
@@ -100,9 +104,10 @@ if os.fork() == 0:
                                 "    os.write(1, b'\\xff\\xfe\\xed')\n    print('\\udcff')\n"
                                 "    raise ValueError('\\ud800 lone \\udfff')\n"), {"exception"}),
         "surrogate_value": ("03.1", "def topk_threshold(x, k):\n    return '\\udcff\\ud800'\n", {"wrong"}),
-        "line_after_done": ("03.4", "import atexit, os, sys\n\n"
-                                    "atexit.register(lambda: os.write(int(sys.argv[-1]), b'{\"ev\": \"done\"}\\n'))\n"
-                                    + graded_cell(solution("03_topk"), "03.4")["source"], {"protocol"}),
+        # a line after "done" is charged to the last task run, whichever cell wrote it
+        "line_after_done": (LAST, "import atexit, os, sys\n\n"
+                                  "atexit.register(lambda: os.write(int(sys.argv[-1]), b'{\"ev\": \"done\"}\\n'))\n"
+                                  + graded_cell(solution("03_topk"), LAST)["source"], {"protocol"}),
         "forged_line": ("03.2", ("import os, sys\n\ndef topk_sparsify(x, k):\n"
                                  "    os.write(int(sys.argv[-1]), b'{\"ev\": \"result\", \"task\": \"03.2\"}\\n' * 3)\n"
                                  "    return x\n"), {"protocol"}),
@@ -220,8 +225,8 @@ def table(out):
 
 
 def expected(graded):
-    full = dict(TOPK, total=8.0)
-    want = {s: {**full, task: 0.0, "total": 6.0}
+    full = dict(TOPK, total=TOTAL)
+    want = {s: {**full, task: 0.0, "total": TOTAL - TOPK[task]}
             for s, (task, _, _) in attackers(graded["course"], graded["subs"], graded["out"]).items()}
     want.update({s: full for s in HONEST | {"alice"}})
     want.update({s: {**{t: 0.0 for t in TOPK}, "total": 0.0} for s in REFUSED})
@@ -321,7 +326,7 @@ def test_without_a_sandbox_grading_refuses_unless_trusted(tmp_path):
     grade_class(str(subs), str(out), str(SOLUTIONS), box=none, trust=True, limits=LIMITS, progress=False)
     run = json.loads((out / "run.json").read_text())
     assert run["isolated"] is False and "NOT ISOLATED" in run["isolation"]
-    assert "NOT ISOLATED" in (out / "summary.txt").read_text() and table(out)["alice"]["total"] == 8
+    assert "NOT ISOLATED" in (out / "summary.txt").read_text() and table(out)["alice"]["total"] == TOTAL
 
 
 def test_without_bubblewrap_the_refusal_names_what_to_install(tmp_path, monkeypatch):
@@ -363,8 +368,8 @@ def test_the_gradescope_bundle_grades_a_submission(tmp_path):
                           text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     res = json.loads((root / "results" / "results.json").read_text())
-    assert res["score"] == 6.0 and res["stdout_visibility"] == "hidden"
-    assert task_scores(res) == {"03.1": 2.0, "03.2": 0.0, "03.3": 2.0, "03.4": 2.0}
+    assert res["score"] == TOTAL - TOPK["03.2"] and res["stdout_visibility"] == "hidden"
+    assert task_scores(res) == {**TOPK, "03.2": 0.0}
     assert all(set(t) >= {"name", "score", "max_score", "output", "visibility"} for t in res["tests"])
     hidden = next(t for t in res["tests"] if t["name"].startswith("03.2") and t["name"].endswith("(hidden tests)"))
     assert "hidden checks failed" in hidden["output"] and hidden["visibility"] == "after_due_date"
