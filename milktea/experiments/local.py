@@ -124,7 +124,7 @@ def check_bytes_and_loss(row: dict, fewer: float, gap: float) -> Target:
     """At least `fewer` x fewer bytes than DDP with a final loss at most `gap` above DDP's."""
     ok = row["x fewer bytes than DDP"] >= fewer and row["gap to DDP"] <= gap
     text = _("{scheme}: {x}x fewer bytes than DDP (target >= {fewer:g}x), final loss {loss} (target: within {gap:.0%})").format(
-        scheme=row["scheme"], x=_ratio(row["x fewer bytes than DDP"]), fewer=fewer,
+        scheme=row["scheme"], x=_ratio(row["x fewer bytes than DDP"], fewer), fewer=fewer,
         loss=verdicts.relative(row["val loss"], row["val loss"] / (1 + row["gap to DDP"]), "DDP", limit=gap),
         gap=gap)
     return Target(text, ok)
@@ -138,8 +138,19 @@ def check_outage(row: dict, reference: dict, gap: float) -> Target:
     return Target(text, abs(d) <= gap)
 
 
-def _ratio(x: float) -> str:
-    return f"{x:,.1f}" if x < 1e4 else f"{x:,.0f}"
+def _ratio(x: float, target: float | None = None) -> str:
+    """x to one decimal (none from 10,000), or to as many as it takes for the printed number
+    to fall on the same side of `target` as x does (399.96, not 400.0, when 400 is missed).
+
+    >>> _ratio(399.96094), _ratio(399.96094, 400), _ratio(1565.7, 1000)
+    ('400.0', '399.96', '1,565.7')
+    """
+    digits = 1 if x < 1e4 else 0
+    text = f"{x:,.{digits}f}"
+    while target is not None and digits < 8 and (float(text.replace(",", "")) >= target) != (x >= target):
+        digits += 1
+        text = f"{x:,.{digits}f}"
+    return text
 
 
 # --- why per-step compression stops paying ----------------------------------------------------
