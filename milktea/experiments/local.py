@@ -48,10 +48,13 @@ def int8() -> Quantize:
 def sparseloco(inner_steps: int = 100, ratio: float = 0.02, bits: int = 2, lr: float = INNER_LR,
                outer: OuterSGD | None = None) -> DiLoCo:
     """SparseLoCo's recipe: Top-K of the pseudo-gradient with its values in `bits` bits, and
-    each worker's ledger (error feedback) keeping the rest."""
+    each worker's ledger (error feedback) keeping the rest. Head office only averages (outer
+    SGD, lr 1, no momentum): the ledger already carries what outer momentum would, and both
+    together overshoot (on the tiny GPT, Nesterov's 0.7 / 0.9 on top of the ledger ended 22%
+    above DDP's loss where plain averaging ended 2% above)."""
     return DiLoCo(inner_steps=inner_steps, inner=AdamW(lr=lr),
                   compressor=Chain(TopK(ratio=ratio), Quantize(bits=bits, chunk=None)),
-                  error_feedback=True, outer=outer or OuterSGD())
+                  error_feedback=True, outer=outer or OuterSGD(lr=1.0, momentum=0.0))
 
 
 def warm_start(task, steps: int, *, workers: int = 4, batch: int = 8, lr: float = INNER_LR,

@@ -118,3 +118,16 @@ def test_calculator_view_reprices_when_a_slider_moves():
     assert "400" in v.readout.value and v.image.value[:4] == b"\x89PNG"
     v.controls["inner_steps"].value = 1
     assert ">4<" in v.readout.value.replace(",", "")      # 1 step, 8 bits: 4x fewer bytes
+
+
+def test_the_benchmark_recipes_are_the_papers():
+    """DiLoCo: Nesterov outside (lr 0.7, momentum 0.9); SparseLoCo: the ledger replaces outer
+    momentum, head office only averages (lr 1, no momentum); the byte target's words show a
+    miss that rounds to the target (399.96, not 400.0)."""
+    from milktea.experiments import local as lx
+    d, s = lx.diloco(100, lx.int8()), lx.sparseloco(10)
+    assert (d.outer.lr, d.outer.momentum, d.outer.nesterov) == (0.7, 0.9, True)
+    assert (s.outer.lr, s.outer.momentum) == (1.0, 0.0) and s.error_feedback
+    row = {"scheme": "x", "x fewer bytes than DDP": 399.961, "gap to DDP": 0.01, "val loss": 1.01}
+    t = lx.check_bytes_and_loss(row, 400, 0.02)
+    assert not t.ok and "399.96x" in t.text
