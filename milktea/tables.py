@@ -129,7 +129,21 @@ def pairs(d: dict, digits: int = 3) -> str:
 
 def listing(words) -> str:
     """Words joined as the language lists them: "pearls, sugar" / "珍珠、糖度"."""
-    return _(", ").join(word(str(w)) for w in words)
+    return joined(word(str(w)) for w in words)
+
+
+def joined(names) -> str:
+    """Names already shown, joined as the language lists them; with "; " where a name has a
+    comma of its own, so that the list still reads as one item per name.
+
+    >>> joined(["int8", "Sign+EF, momentum corrected"]), joined(["int8", "dense"])
+    ('int8; Sign+EF, momentum corrected', 'int8, dense')
+    """
+    names = [str(n) for n in names]
+    sep = _(", ")
+    if sep == ", " and any("," in n for n in names):
+        sep = "; "
+    return sep.join(names)
 
 
 def fmt(v, digits: int = 3) -> str:

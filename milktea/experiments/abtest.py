@@ -13,7 +13,7 @@ import math
 
 from .. import cost
 from ..i18n import N_, _
-from ..tables import display_width, pad, word
+from ..tables import display_width, joined, pad, word
 from ..timing import median
 from . import verdicts
 
@@ -123,7 +123,7 @@ def model_error_sentence(comparison, tolerance: float = 0.2) -> str:
     good = [word(r["scheme"]) for r in rows if said[r["scheme"]].kind == "within"]
     if good:
         text = _("The cost model is within ±{tolerance:.0%} of the measured step for {names}.").format(
-            tolerance=tolerance, names=_(", ").join(good))
+            tolerance=tolerance, names=joined(good))
     else:
         text = _("The cost model is off by more than ±{tolerance:.0%} for every scheme.").format(tolerance=tolerance)
     bad = [r for r in rows if said[r["scheme"]].kind != "within"]
@@ -200,7 +200,7 @@ def loopback_verdict(fast, slow) -> str:
         text += " " + _("A link with nothing emulated should be the faster one: the load on this machine changed "
                         "between the two runs, so compare only numbers measured side by side, in one run.")
     text += " " + _("Slower than dense here: {slower}; faster: {faster}; the rest within the run's noise.").format(
-        slower=_(", ").join(slower) or _("none"), faster=_(", ").join(faster) or _("none"))
+        slower=joined(slower) or _("none"), faster=joined(faster) or _("none"))
     if len(slower) == len(rows) - 1:
         return verdicts.tidy(text + " " + _("When the link is not the bottleneck, the best compressor is none."))
     if faster:

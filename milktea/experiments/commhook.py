@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..i18n import N_
+from ..tables import joined
 
 
 class FakeBucket:
@@ -322,12 +323,12 @@ def demo_sentence(out: dict) -> str:
     if diff == 0:
         text += _("Your hook sent {dtypes}: {mine:,} bytes against {dense:,} dense, and its gradients are bit for bit "
                   "those of PyTorch's fp16 hook; both differ from the fp32 all-reduce by a relative {rel:.1e}, fp16's "
-                  "rounding.").format(dtypes=_(", ").join(out["your hook sent"]), mine=out["your hook bytes"],
+                  "rounding.").format(dtypes=joined(out["your hook sent"]), mine=out["your hook bytes"],
                                       dense=out["dense bytes"], rel=out["your hook vs dense (relative error)"])
     else:
         text += _("Your hook sent {dtypes}: {mine:,} bytes against {dense:,} dense, and its gradients differ from "
                   "PyTorch's fp16 hook's by up to {diff:.1e}; from the fp32 all-reduce, by a relative {rel:.1e}.").format(
-            dtypes=_(", ").join(out["your hook sent"]), mine=out["your hook bytes"], dense=out["dense bytes"], diff=diff,
+            dtypes=joined(out["your hook sent"]), mine=out["your hook bytes"], dense=out["dense bytes"], diff=diff,
             rel=out["your hook vs dense (relative error)"])
     caps = sorted(k for k in out if k.startswith("buckets at bucket_cap_mb="))
     if caps:

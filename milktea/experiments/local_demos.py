@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..compressors import Chain, Quantize, TopK
 from ..i18n import N_, _
+from ..tables import joined
 from ..local import AdamW, DataParallel, DiLoCo, OuterSGD, Outage, simulate
 from . import verdicts
 
@@ -89,7 +90,7 @@ def outage(task, *, workers: int = 4, steps: int = 400, inner_steps: int = 20, c
     dark = simulate(task, scheme, workers=workers, steps=steps, batch=batch, seed=seed, outages=[down])
     heard: list = []                 # consecutive outer steps (counted from 1) with the same quorum
     for t, _f, ws in dark.quorum:
-        who = _(", ").join(map(str, ws))
+        who = joined(map(str, ws))
         if heard and heard[-1][1] == who:
             heard[-1][0][1] = t // inner_steps
         else:

@@ -29,6 +29,7 @@ import re
 from typing import Callable
 
 from ..i18n import N_, _, language
+from ..tables import joined
 from .noise import noise_of, paired  # noqa: F401  (the run's noise: verdicts.noise_of, verdicts.paired)
 
 UNITS = (N_("points"), N_("ms"), N_("s"))   # units the sentences name, for the catalog
@@ -295,7 +296,7 @@ def winner(values: dict, noise: float = 0.0, *, lower_is_better: bool = True,
     noise = _check_noise(noise)
     ok = {k: float(v) for k, v in values.items() if not missing(v)}
     lost = [k for k in values if k not in ok]
-    tail = _(" ({names}: not measured)").format(names=_(", ").join(lost)) if lost else ""
+    tail = _(" ({names}: not measured)").format(names=joined(lost)) if lost else ""
     if not ok:
         return Said(_("nothing was measured") + tail, "nan")
     order = sorted(ok, key=ok.get, reverse=not lower_is_better)
