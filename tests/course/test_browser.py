@@ -493,8 +493,8 @@ def check_rendered(page, lab: Lab, run, shot: Path | None = None):
     every widget view drawn from the saved state, every Chinese character with a glyph."""
     import nbformat
     name = _id(run.path)
-    # Opened with its Python kernel, as a reader who reopens a saved notebook finds it (JupyterLab
-    # 4.6 starts the kernel of the notebook's language by itself), and run no further: the widget
+    # Opened with its Python kernel, as a reader who reopens a saved notebook finds it (a notebook
+    # naming an installed kernel starts it without asking), and run no further: the widget
     # manager draws every view from the state saved in the notebook. (With "No Kernel" chosen,
     # jupyterlab_widgets 3.0.17 loads no saved state at all: its restore starts from the kernel.)
     shown = Path(run.copy).with_name(Path(run.copy).stem + ".shown.ipynb")
@@ -504,12 +504,6 @@ def check_rendered(page, lab: Lab, run, shot: Path | None = None):
     lab.trust(shown)
     page.goto(f"{lab.url}/lab/tree/{_id(shown)}?reset&token={lab.token}")
     page.wait_for_selector(".jp-NotebookPanel .jp-Notebook", timeout=120_000)
-    # an older JupyterLab asks which kernel: take the notebook's own (the dialog's accept button)
-    dialog = page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept")
-    try:
-        dialog.click(timeout=5_000)
-    except Exception:   # no dialog: the kernel started by itself
-        pass
     views = _widget_outputs(run.nb)
     s = _wait(page, "the saved outputs and widget views to render",
               lambda s: len(s["prompts"]) > 0 and not s["loading"] and s["widgetViews"] >= views, 120)
