@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import kernels
-from ..bits import pack, packed_size, unpack
+from .. import kernels, stochastic
+from ..bits import packed_size, unpack
 from ..checks import check_choice, check_int, check_positive_int
 from ..packet import Packet
 from .base import Compressor
@@ -78,23 +78,15 @@ class Quantize(Compressor):
         n = x.numel()
         chunk = _chunks(n, self.chunk)
         if self.stochastic:
-            codes, scales = self._stochastic(x, chunk)
-            packed = pack(codes, self.bits)
+            packed, scales = self._stochastic(x, chunk)
         else:
             packed, scales = kernels.quantize_packed(x, chunk, self.bits)
         return Packet("quant", tuple(t.shape), t.dtype, (self.bits, chunk, int(self.stochastic)),
                       (packed, to_bytes(scales)))
 
     def _stochastic(self, x, chunk):
-        n, q = x.numel(), self.qmax
-        pad = (-n) % chunk
-        xp = torch.nn.functional.pad(x, (0, pad)).view(-1, chunk)
-        scales = (torch.linalg.vector_norm(xp, float("inf"), dim=1) / q).clamp_(max=kernels.scale_cap(q))
-        div = torch.where(scales > 0, scales, 1.0).unsqueeze(1)
-        u = torch.rand(xp.shape, generator=self._gen).to(x.device)
-        y = (xp / div).add_(q + 1).add_(u)
-        codes = y.floor_().clamp_(1, 2 * q + 1).to(torch.uint8).reshape(-1)[:n]
-        return codes, scales
+        key = stochastic.draw_key(self._gen)
+        return stochastic.encode(x, chunk, stochastic.ABSMAX, self.qmax, key, self.bits, kernels.scale_cap(self.qmax))
 
 
 def _quant_layout(packet):
@@ -189,30 +181,16 @@ class QSGD(Compressor):
     def _repr_args(self):
         return {"levels": self.levels, "chunk": self.chunk}
 
-    def _norms(self, xp: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """Per-row norm in float32, without overflow: the max-norm is exact; the 2-norm is
-        max|x| * ||x / max|x|||, in float64, and saturates at what `dtype` (the packet's)
-        can hold: NORM_MAX for float32, 65504 for float16. Any norm >= max|x| keeps the
-        levels unbiased, and entries, at most the norm, then decode finite."""
-        m = torch.linalg.vector_norm(xp, float("inf"), dim=1)
-        if self.ord == float("inf"):
-            return m
-        safe = torch.where(m > 0, m, 1.0).unsqueeze(1)
-        norms = m.double() * torch.linalg.vector_norm(xp / safe, self.ord, dim=1).double()
-        return norms.clamp_(max=min(NORM_MAX, torch.finfo(dtype).max)).float()
-
     def _compress(self, t):
         x = flat_float32(t)
         n, s = x.numel(), self.levels
         chunk = _chunks(n, self.chunk)
-        xp = torch.nn.functional.pad(x, (0, (-n) % chunk)).view(-1, chunk)
-        norms = self._norms(xp, t.dtype)
-        u = torch.rand(xp.shape, generator=self._gen).to(x.device)
-        div = torch.where(norms > 0, norms, 1.0).unsqueeze(1)
-        level = (xp.abs() / div).mul_(s).add_(u).floor_().clamp_(0, s)
-        codes = (torch.sign(xp) * level + s).to(torch.uint8).reshape(-1)[:n]
-        return Packet(self.codec, tuple(t.shape), t.dtype, (s, self.bits, chunk),
-                      (pack(codes, self.bits), to_bytes(norms)))
+        if self.ord == 2.0:   # any norm >= max|x| keeps the levels unbiased; capped so they decode finite
+            kind, cap = stochastic.LEVELS_L2, min(NORM_MAX, torch.finfo(t.dtype).max)
+        else:
+            kind, cap = stochastic.LEVELS_MAX, float("inf")
+        packed, norms = stochastic.encode(x, chunk, kind, s, stochastic.draw_key(self._gen), self.bits, cap)
+        return Packet(self.codec, tuple(t.shape), t.dtype, (s, self.bits, chunk), (packed, to_bytes(norms)))
 
 
 class TernGrad(QSGD):
@@ -264,19 +242,31 @@ def _checked_levels(packet, codes, s):
 
 def _decode_levels(packet, out=None):
     s, bits, chunk = _levels_layout(packet)
-    n = packet.numel
-    codes = _level_codes(packet, s, bits, n)
     res = output(packet, out)
-    norms = from_bytes(packet.parts[1], torch.float32)
-    steps = (norms / s).repeat_interleave(chunk)[:n]
-    res.view(-1).copy_((codes.float() - s) * steps)
+    steps = from_bytes(packet.parts[1], torch.float32) / s
+    flat = res.view(-1) if res.dtype == torch.float32 else torch.empty(packet.numel, device=res.device)
+    if not stochastic.decode(packet.parts[0], steps, chunk, s, bits, flat, what=packet.codec):
+        codes = _level_codes(packet, s, bits, packet.numel)
+        flat.copy_((codes.float() - s) * steps.repeat_interleave(chunk)[:packet.numel])
+    if flat.data_ptr() != res.data_ptr():
+        res.view(-1).copy_(flat)
     return res
 
 
 def _add_levels(packet, out, alpha):
     s, bits, chunk = _levels_layout(packet)
     steps = from_bytes(packet.parts[1], torch.float32) / s
+    if packet.dtype == torch.float32 and alpha in (1.0, -1.0) and stochastic.decode(
+            packet.parts[0], steps, chunk, s, bits, out, -1 if alpha < 0 else 1, what=packet.codec):
+        return     # one compiled pass: check, decode and add
     add_pieces(packet, out, _levels_piece(packet, bits, chunk, steps, s, levels=s), alpha)
+
+
+def _add_divide_levels(packet, out, count):
+    s, bits, chunk = _levels_layout(packet)
+    steps = from_bytes(packet.parts[1], torch.float32) / s
+    return packet.dtype == torch.float32 and stochastic.decode(packet.parts[0], steps, chunk, s, bits, out, 1,
+                                                               count, what=packet.codec)
 
 
 def _add_divide_quant(packet, out, count):
@@ -286,5 +276,5 @@ def _add_divide_quant(packet, out, count):
 
 
 register_library_codec("quant", _decode_quant, add=_add_quant, add_divide=_add_divide_quant)
-register_library_codec("qsgd", _decode_levels, add=_add_levels)
-register_library_codec("terngrad", _decode_levels, add=_add_levels)
+register_library_codec("qsgd", _decode_levels, add=_add_levels, add_divide=_add_divide_levels)
+register_library_codec("terngrad", _decode_levels, add=_add_levels, add_divide=_add_divide_levels)

@@ -1,0 +1,162 @@
+"""Stochastic rounding at memory speed: the random numbers and the codes of QSGD,
+TernGrad and stochastic Quantize, in two versions that give the same bits.
+
+Each call draws one 62-bit key from the compressor's torch.Generator (so a saved
+generator state still resumes a run exactly); entry j's uniform is then a hash of
+(key, j): SplitMix64's output function, 24 bits of it as a float32 in [0, 1). A hash,
+unlike a generator's stream, can be computed for every entry at once and in any order:
+the compiled loop (milktea.numba_stochastic) draws, rounds and packs in one parallel pass
+over the gradient, where torch.rand alone costs more than ten copies of it (Mersenne
+Twister, one thread). The torch version here computes the same hash with int64 tensor
+ops (they wrap as the 64-bit hash needs) and runs on any device.
+
+QSGD's 2-norm is computed so that the order of the sum cannot change it: each |x| is put
+on an integer grid of (62 - log2(chunk)) / 2 bits below the chunk's max, and the squares
+of those integers are summed (see norms_l2).
+
+>>> import torch
+>>> u = uniforms(key=7, n=100_000)
+>>> bool(u.min() >= 0) and bool(u.max() < 1) and abs(float(u.mean()) - 0.5) < 0.01
+True
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from . import kernels
+from .bits import pack, packed_size
+
+LEVELS_L2, LEVELS_MAX, ABSMAX = 0, 1, 2     # QSGD, TernGrad, stochastic Quantize
+BLOCK = 1 << 15                              # entries per parallel piece (numba_stochastic.BLOCK)
+
+
+def _signed(u: int) -> int:
+    return u - (1 << 64) if u >= 1 << 63 else u
+
+
+GOLDEN, MIX1, MIX2 = (_signed(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
+def draw_key(gen: torch.Generator) -> int:
+    """One 62-bit key for a call's uniforms, from (and advancing) the compressor's generator."""
+    return int(torch.randint(0, 1 << 62, (1,), generator=gen))
+
+
+def _lsr(z: torch.Tensor, k: int) -> torch.Tensor:
+    """Logical right shift of int64 bits (torch's >> is arithmetic)."""
+    return (z >> k) & ((1 << (64 - k)) - 1)
+
+
+def uniforms(key: int, n: int, start: int = 0, device=None) -> torch.Tensor:
+    """float32 uniforms in [0, 1) of entries start .. start + n - 1 under `key`."""
+    z = torch.arange(start + 1, start + n + 1, dtype=torch.int64, device=device)
+    z = z.mul_(GOLDEN).add_(key)
+    z = (z ^ _lsr(z, 30)).mul_(MIX1)
+    z = (z ^ _lsr(z, 27)).mul_(MIX2)
+    z = z ^ _lsr(z, 31)
+    return _lsr(z, 40).float().mul_(2.0 ** -24)
+
+
+def headroom(chunk: int) -> int:
+    """Bits of each |x| on the grid, so that `chunk` squares sum below 2**62 in an int64."""
+    return (62 - max(chunk - 1, 0).bit_length()) // 2
+
+
+def norms_l2(xp: torch.Tensor, top: torch.Tensor, cap: float) -> torch.Tensor:
+    """Per row of xp (rows x chunk, float32; top: each row's max |x|), the 2-norm computed
+    as numba_stochastic.encode does: each |x| put on an integer grid of `headroom` bits
+    (|x| * 2**k, top * 2**k < 2**h, truncated), the squares summed as int64, the root
+    scaled back; at least the max, at most cap, 0 for a zero row. Integers sum exactly,
+    in any order, so the two versions agree to the bit."""
+    k = headroom(xp.shape[1]) - torch.frexp(top).exponent.long()
+    one = torch.ones(k.shape, dtype=torch.float64, device=xp.device)
+    g1 = torch.ldexp(one, torch.div(k, 2, rounding_mode="floor")).float().unsqueeze(1)
+    g2 = torch.ldexp(one, k - torch.div(k, 2, rounding_mode="floor")).float().unsqueeze(1)
+    a = ((xp.abs() * g1) * g2).to(torch.int32).long()
+    r = (torch.sqrt(a.mul_(a).sum(1).double()) * torch.ldexp(one, -k)).float()
+    return torch.maximum(r, top).clamp_(max=cap)
+
+
+def _rows(x: torch.Tensor, chunk: int) -> torch.Tensor:
+    return torch.nn.functional.pad(x, (0, (-x.numel()) % chunk)).view(-1, chunk)
+
+
+def _divisor(v: torch.Tensor) -> torch.Tensor:
+    return torch.where(v > 0, v, 1.0)
+
+
+def _encode_torch(x, chunk, kind, s, key, bits, cap):
+    n = x.numel()
+    xp = _rows(x, chunk)
+    top = torch.linalg.vector_norm(xp, float("inf"), dim=1)
+    if kind == ABSMAX:
+        sent = (top / s).clamp_(max=cap)
+    elif kind == LEVELS_L2:
+        sent = norms_l2(xp, top, cap)
+    else:
+        sent = top.clamp(max=cap)
+    div = _divisor(sent).unsqueeze(1)
+    u = uniforms(key, xp.numel(), device=x.device).view_as(xp)
+    if kind == ABSMAX:
+        y = (xp / div).add_(s + 1).add_(u)
+        codes = y.floor_().clamp_(1, 2 * s + 1)
+    else:
+        level = (xp.abs() / div).mul_(s).add_(u).floor_().clamp_(0, s)
+        codes = torch.sign(xp) * level + s
+    return pack(codes.to(torch.uint8).reshape(-1)[:n], bits), sent
+
+
+def _aligned(n: int, chunk: int, bits: int) -> bool:
+    return (chunk * bits) % 8 == 0 or chunk >= n
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled():
+    from . import numba_stochastic
+    return numba_stochastic
+
+
+def _jit(t: torch.Tensor, n: int, chunk: int, bits: int):
+    """The compiled loops where they run on t (see kernels.jit) and chunks start on a byte."""
+    return _compiled() if _aligned(n, chunk, bits) and kernels.jit(t) is not None else None
+
+
+def encode(x: torch.Tensor, chunk: int, kind: int, s: int, key: int, bits: int, cap: float
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(packed `bits`-bit codes, float32 per-chunk norms or scales) of flat float32 x.
+
+    kind LEVELS_L2 (QSGD) / LEVELS_MAX (TernGrad): code = s + sign(x) * level, level in
+    [0, s] rounded up with probability frac(|x| / norm * s); the norm is the chunk's
+    2-norm or max |x|, at most cap. ABSMAX (stochastic Quantize, s = qmax): code =
+    floor(x / scale + s + 1 + u) in [1, 2s + 1], scale = max|x| / s at most cap."""
+    n = x.numel()
+    nb = _jit(x, n, chunk, bits)
+    if nb is None:
+        return _encode_torch(x, chunk, kind, s, key, bits, cap)
+    import numpy as np
+    out = torch.empty(packed_size(n, bits), dtype=torch.uint8)
+    sent = torch.empty(-(-n // chunk), dtype=torch.float32)
+    nb.encode(x.detach().numpy(), chunk, kind, s, np.float32(cap), np.uint64(key), bits, out.numpy(), sent.numpy())
+    return out, sent
+
+
+def decode(packed: torch.Tensor, steps: torch.Tensor, chunk: int, s: int, bits: int, out: torch.Tensor,
+           mode: int = 0, div: int = 1, what: str = "qsgd") -> bool:
+    """(code - s) * steps[chunk of each entry] written (mode 0), added (+1) or subtracted
+    (-1) into flat float32 `out`, then divided by `div`; every code checked to be at most
+    2 * s first (ValueError naming the codec `what`, nothing written). False where the
+    compiled loop does not run (the caller decodes piece by piece)."""
+    n = out.numel()
+    ok = out.dtype == torch.float32 and out.is_contiguous() and steps.dtype == torch.float32
+    nb = _jit(out, n, chunk, bits) if ok else None
+    if nb is None:
+        return False
+    import numpy as np
+    per_chunk = -(-min(chunk, n) // BLOCK)
+    top = nb.decode(packed.numpy(), steps.numpy(), chunk, per_chunk, s, bits, out.view(-1).numpy(), mode,
+                    np.float32(div))
+    if top > 2 * s:
+        raise ValueError(f"malformed {what} packet: a code is {top}, above 2 * levels = {2 * s}")
+    return True
