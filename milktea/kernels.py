@@ -26,6 +26,7 @@ import warnings
 import numpy as np
 import torch
 
+from . import buffers
 import milktea.threads  # noqa: F401  (sizes this rank's pools before numba, loaded later, starts its own)
 
 NUMBA_MIN_NUMEL = 1 << 16   # below this, JIT start-up costs more than it saves
@@ -114,7 +115,7 @@ def quantize(x: torch.Tensor, chunk: int, qmax: int, out_codes: torch.Tensor | N
     """
     n = x.numel()
     nch = (n + chunk - 1) // chunk
-    codes = out_codes if out_codes is not None else torch.empty(n, dtype=torch.uint8, device=x.device)
+    codes = out_codes if out_codes is not None else buffers.empty(n, torch.uint8, x.device)
     scales = torch.empty(nch, dtype=torch.float32, device=x.device)
     nb = jit(x)
     if nb is not None:
@@ -135,7 +136,7 @@ def quantize(x: torch.Tensor, chunk: int, qmax: int, out_codes: torch.Tensor | N
 def dequantize(codes: torch.Tensor, scales: torch.Tensor, chunk: int, qmax: int,
                out: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`quantize` into `out` (flat float32), with torch ops: the twin of
-    the compiled dequantize_into (see dequantize_packed, which picks between them)."""
+    the compiled numba_stochastic.decode (see dequantize_packed, which picks between them)."""
     n = out.numel()
     full = n - n % chunk
     pieces = [(codes[:full].view(-1, chunk), out[:full].view(-1, chunk), scales[: full // chunk])] if full else []
@@ -154,12 +155,9 @@ def dequantize_add(packed: torch.Tensor, scales: torch.Tensor, chunk: int, bits:
     caller adds piece by piece)."""
     ok = alpha in (1.0, -1.0) and out.dtype == torch.float32 and out.is_contiguous() and \
         (bits == 8 or (chunk * bits) % 8 == 0 or chunk >= out.numel())
-    nb = jit(out) if ok else None
-    if nb is None:
-        return False
-    nb.dequantize_into(_np(packed), _np(scales), chunk, 2 ** (bits - 1) - 1, bits, _np(out.view(-1)),
-                       -1 if alpha < 0 else 1, np.float32(div))
-    return True
+    from . import stochastic     # the one compiled decoder of packed codes (it imports this module)
+    return ok and stochastic.decode(packed, scales, chunk, 2 ** (bits - 1), bits, out.view(-1),
+                                    -1 if alpha < 0 else 1, div)
 
 
 def sign_unpack_add(packed: torch.Tensor, scale: float, out: torch.Tensor, alpha: float,
@@ -181,7 +179,7 @@ def sign_pack_l1(x: torch.Tensor) -> tuple[torch.Tensor, float]:
     n = x.numel()
     nb = jit(x)
     if nb is not None:
-        out = torch.empty((n + 7) // 8, dtype=torch.uint8)
+        out = buffers.empty((n + 7) // 8, torch.uint8)
         partial = np.empty((n + BLOCK - 1) // BLOCK, dtype=np.float64)
         nb.sign_pack(_np(x), _np(out), partial)
         return out, float(partial.sum())
@@ -198,7 +196,7 @@ def add_sign_pack_l1(x: torch.Tensor, add: torch.Tensor) -> tuple[torch.Tensor, 
     if nb is None:
         return None
     n = x.numel()
-    out = torch.empty((n + 7) // 8, dtype=torch.uint8)
+    out = buffers.empty((n + 7) // 8, torch.uint8)
     partial = np.empty((n + BLOCK - 1) // BLOCK, dtype=np.float64)
     bad = np.zeros(partial.size, dtype=np.uint8)
     nb.add_sign_pack(_np(x), _np(add.reshape(-1)), _np(out), partial, bad)
@@ -357,7 +355,7 @@ def quantize_packed(x: torch.Tensor, chunk: int, bits: int) -> tuple[torch.Tenso
     nb = jit(x) if bits < 8 and ((chunk * bits) % 8 == 0 or chunk >= x.numel()) else None
     if nb is not None:
         n = x.numel()
-        out = torch.empty((n * bits + 7) // 8, dtype=torch.uint8)
+        out = buffers.empty((n * bits + 7) // 8, torch.uint8)
         scales = torch.empty((n + chunk - 1) // chunk, dtype=torch.float32)
         nb.quantize_packed(_np(x), chunk, qmax, np.float32(scale_cap(qmax)), bits, _np(out), _np(scales))
         return out, scales
@@ -369,9 +367,7 @@ def dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, chunk: int, bi
                       out: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`quantize_packed` into `out` (flat float32)."""
     from .bits import unpack
-    qmax = 2 ** (bits - 1) - 1
-    nb = jit(out) if bits == 8 or (chunk * bits) % 8 == 0 or chunk >= out.numel() else None
-    if nb is not None:
-        nb.dequantize_into(_np(packed), _np(scales), chunk, qmax, bits, _np(out), 0, np.float32(1))
+    from . import stochastic     # the one compiled decoder of packed codes (it imports this module)
+    if stochastic.decode(packed, scales, chunk, 2 ** (bits - 1), bits, out):
         return out
-    return dequantize(unpack(packed, bits, out.numel()), scales, chunk, qmax, out)
+    return dequantize(unpack(packed, bits, out.numel()), scales, chunk, 2 ** (bits - 1) - 1, out)

@@ -75,28 +75,6 @@ def quantize_packed(x, chunk, qmax, cap, bits, out, scales):
             ob[whole] = v
 
 
-@njit(parallel=True, cache=True, nogil=True)   # no fastmath: out +- v rounds as torch's add_
-def dequantize_into(packed, scales, chunk, qmax, bits, out, mode, div):
-    """Decode `bits`-bit codes (code - qmax - 1) * scale of their chunk, and write them
-    (mode 0), add them (1) or subtract them (-1) into out, one IEEE operation per entry
-    as torch's out.add_(v, alpha=+-1); then divide by `div` where it is not 1 (a mean's
-    last packet: out.div_(div) fused in). Every chunk starts on a byte (the caller checks)."""
-    n = out.size
-    mask = (1 << bits) - 1
-    one = div / div
-    for c in prange((n + chunk - 1) // chunk):
-        s = c * chunk
-        e = min(s + chunk, n)
-        os_ = out[s:e]
-        pb = packed[s * bits // 8:(e * bits + 7) // 8]
-        sc = scales[c]
-        for i in range(e - s):
-            code = pb[i] if bits == 8 else (pb[(i * bits) >> 3] >> ((i * bits) & 7)) & mask
-            v = np.float32(np.int32(code) - (qmax + 1)) * sc
-            y = v if mode == 0 else (os_[i] + v if mode > 0 else os_[i] - v)
-            os_[i] = y / div if div != one else y
-
-
 @njit(fastmath=True, cache=True, nogil=True)   # inlined by LLVM, with its own fastmath
 def sign_block(xs, os_):
     """Sign bits of one block into os_ (bit 1 = negative; exact zeros of either sign count

@@ -31,13 +31,18 @@ EXACT = {"nnan", "ninf", "nsz"}              # as numba_kernels: inputs are fini
 
 
 @njit(inline="always")
-def uniform(key, j):
-    """The float32 uniform in [0, 1) of entry j: 24 bits of SplitMix64(key + (j+1) * golden)."""
+def mix(key, j):
+    """SplitMix64's output for the state key + (j+1) * golden: 64 random bits for entry j."""
     z = key + np.uint64(j + 1) * GOLDEN
     z = (z ^ (z >> np.uint64(30))) * MIX1
     z = (z ^ (z >> np.uint64(27))) * MIX2
-    z = z ^ (z >> np.uint64(31))
-    return np.float32(z >> np.uint64(40)) * UNIT
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(inline="always")
+def uniform(key, j):
+    """The float32 uniform in [0, 1) of entry j: the top 24 bits of mix(key, j)."""
+    return np.float32(mix(key, j) >> np.uint64(40)) * UNIT
 
 
 @njit(inline="always")
@@ -196,34 +201,119 @@ def encode(x, chunk, kind, s, cap, key, bits, out, sent):
             encode_piece(x, st, e, sent[c] if sent[c] > 0 else np.float32(1.0), kind, s, key, bits, out)
 
 
+@njit(inline="always")
+def put(os_, i, code, offset, sc, mode, sign, div):
+    """os_[i] = (code - offset) * sc (mode 0), or os_[i] + sign * that, then / div: one
+    IEEE operation each, as torch's out.add_(v, alpha=+-1) and div_ do (out - v is
+    out + (-v) exactly, and y / 1 is y)."""
+    v = np.float32(np.int32(code) - offset) * sc
+    y = v if mode == 0 else os_[i] + v * sign
+    os_[i] = y / div
+
+
+@njit(inline="always")
+def largest_code(pb, count, bits):
+    """The largest of the `count` codes packed in pb, byte by byte (LLVM vectorizes it)."""
+    w = 0
+    per = 8 // bits
+    whole = count // per
+    if bits == 8:
+        for b in range(whole):
+            w = max(w, np.int32(pb[b]))
+    elif bits == 4:
+        for b in range(whole):
+            w = max(w, max(np.int32(pb[b] & 15), np.int32(pb[b] >> 4)))
+    else:
+        for b in range(whole):
+            v = np.int32(pb[b])
+            w = max(w, max(max(v & 3, (v >> 2) & 3), max((v >> 4) & 3, v >> 6)))
+    for i in range(whole * per, count):
+        w = max(w, np.int32((pb[(i * bits) >> 3] >> ((i * bits) & 7)) & ((1 << bits) - 1)))
+    return w
+
+
 @njit(parallel=True, cache=True, nogil=True)   # no fastmath: out +- v rounds as torch's add_
-def decode(packed, steps, chunk, per_chunk, s, bits, out, mode, div):
-    """(code - s) * steps[chunk] of every entry, written (mode 0), added (1) or subtracted
-    (-1) into out, divided by `div` where it is not 1. Returns the largest code; above
-    2 * s, nothing was written (the caller refuses the packet)."""
+def decode(packed, steps, chunk, offset, bits, out, mode, div, allowed):
+    """(code - offset) * steps[chunk] of every entry, written (mode 0), added (1) or
+    subtracted (-1) into out, divided by `div` where it is not 1. Codes above `allowed`
+    are looked for first (allowed < 2**bits - 1): then nothing is written and the largest
+    code is returned, else 0 (or, without a check, the largest code allowed)."""
     n = out.size
-    mask = (1 << bits) - 1
+    per_chunk = (min(chunk, n) + BLOCK - 1) // BLOCK
     pieces = steps.size * per_chunk
-    worst = np.zeros(pieces, dtype=np.int32)
+    mask = (1 << bits) - 1
+    if allowed < mask:
+        worst = np.zeros(pieces, dtype=np.int32)
+        for p in prange(pieces):
+            c, st, e = piece_of(p, chunk, per_chunk, n)
+            worst[p] = largest_code(packed[st * bits // 8:(e * bits + 7) // 8], max(e - st, 0), bits)
+        top = worst.max()
+        if top > allowed:
+            return top
+    sign = np.float32(-1.0 if mode < 0 else 1.0)
     for p in prange(pieces):
         c, st, e = piece_of(p, chunk, per_chunk, n)
-        pb = packed[st * bits // 8:(e * bits + 7) // 8]
-        w = 0
-        for i in range(max(e - st, 0)):
-            w = max(w, np.int32(pb[i] if bits == 8 else (pb[(i * bits) >> 3] >> ((i * bits) & 7)) & mask))
-        worst[p] = w
-    top = worst.max()
-    if top > 2 * s:
-        return top
-    one = div / div
-    for p in prange(pieces):
-        c, st, e = piece_of(p, chunk, per_chunk, n)
+        if st >= e:
+            continue
         sc = steps[c]
         pb = packed[st * bits // 8:(e * bits + 7) // 8]
         os_ = out[st:e]
-        for i in range(max(e - st, 0)):
-            code = np.int32(pb[i] if bits == 8 else (pb[(i * bits) >> 3] >> ((i * bits) & 7)) & mask)
-            v = np.float32(code - s) * sc
-            y = v if mode == 0 else (os_[i] + v if mode > 0 else os_[i] - v)
-            os_[i] = y / div if div != one else y
-    return top
+        if bits == 8:
+            for i in range(e - st):
+                put(os_, i, pb[i], offset, sc, mode, sign, div)
+            continue
+        per = 8 // bits
+        whole = (e - st) // per
+        if bits == 4:
+            for b in range(whole):
+                byte = pb[b]
+                put(os_, 2 * b, byte & 15, offset, sc, mode, sign, div)
+                put(os_, 2 * b + 1, byte >> 4, offset, sc, mode, sign, div)
+        elif bits == 2:
+            for b in range(whole):
+                byte = pb[b]
+                put(os_, 4 * b, byte & 3, offset, sc, mode, sign, div)
+                put(os_, 4 * b + 1, (byte >> 2) & 3, offset, sc, mode, sign, div)
+                put(os_, 4 * b + 2, (byte >> 4) & 3, offset, sc, mode, sign, div)
+                put(os_, 4 * b + 3, byte >> 6, offset, sc, mode, sign, div)
+        for i in range(whole * per, e - st):       # a last, partly filled byte
+            put(os_, i, (pb[(i * bits) >> 3] >> ((i * bits) & 7)) & mask, offset, sc, mode, sign, div)
+    return min(allowed, mask)
+
+
+DEBRUIJN_MUL = 0x03F79D71B4CB0A89     # a de Bruijn sequence: (2**i * it) >> 58 differs for every i
+DEBRUIJN = np.zeros(64, dtype=np.int64)   # ...so this table gives i back
+for _i in range(64):
+    DEBRUIJN[((DEBRUIJN_MUL << _i) & ((1 << 64) - 1)) >> 58] = _i
+
+
+@njit(cache=True, nogil=True)
+def random_positions(n, k, key, bitmap, out):
+    """k distinct positions in [0, n), sorted, into out: draw a = the top 32 bits of
+    mix(key, j) for j = 0, 1, ..., skip a >= (2**32 // n) * n (so that a % n is exactly
+    uniform), and keep p = a % n unless it was drawn before, until k are kept. Those are a
+    uniformly random k-subset; a bitmap of n bits (zeroed by the caller) marks them, and
+    reading it in order sorts them."""
+    limit = np.uint64((1 << 32) // n * n)
+    nn = np.uint64(n)
+    count = 0
+    j = 0
+    while count < k:
+        a = mix(key, j) >> np.uint64(32)
+        j += 1
+        if a >= limit:
+            continue
+        p = a % nn
+        w = p >> np.uint64(6)
+        b = np.uint64(1) << (p & np.uint64(63))
+        if bitmap[w] & b == 0:
+            bitmap[w] |= b
+            count += 1
+    o = 0
+    for w in range(bitmap.size):
+        v = bitmap[w]
+        while v != 0:
+            low = v & (~v + np.uint64(1))
+            out[o] = w * 64 + DEBRUIJN[(low * np.uint64(DEBRUIJN_MUL)) >> np.uint64(58)]
+            o += 1
+            v ^= low

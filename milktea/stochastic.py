@@ -25,7 +25,7 @@ import functools
 
 import torch
 
-from . import kernels
+from . import buffers, kernels
 from .bits import pack, packed_size
 
 LEVELS_L2, LEVELS_MAX, ABSMAX = 0, 1, 2     # QSGD, TernGrad, stochastic Quantize
@@ -49,14 +49,51 @@ def _lsr(z: torch.Tensor, k: int) -> torch.Tensor:
     return (z >> k) & ((1 << (64 - k)) - 1)
 
 
-def uniforms(key: int, n: int, start: int = 0, device=None) -> torch.Tensor:
-    """float32 uniforms in [0, 1) of entries start .. start + n - 1 under `key`."""
+def mix(key: int, n: int, start: int = 0, device=None) -> torch.Tensor:
+    """SplitMix64's outputs for the states key + (j+1) * golden, j = start .. start + n - 1,
+    as int64 bits (numba_stochastic.mix)."""
     z = torch.arange(start + 1, start + n + 1, dtype=torch.int64, device=device)
-    z = z.mul_(GOLDEN).add_(key)
+    z = z.mul_(GOLDEN).add_(_signed(key % (1 << 64)))
     z = (z ^ _lsr(z, 30)).mul_(MIX1)
     z = (z ^ _lsr(z, 27)).mul_(MIX2)
-    z = z ^ _lsr(z, 31)
-    return _lsr(z, 40).float().mul_(2.0 ** -24)
+    return z ^ _lsr(z, 31)
+
+
+def uniforms(key: int, n: int, start: int = 0, device=None) -> torch.Tensor:
+    """float32 uniforms in [0, 1) of entries start .. start + n - 1 under `key`: the top
+    24 bits of mix."""
+    return _lsr(mix(key, n, start, device), 40).float().mul_(2.0 ** -24)
+
+
+def random_positions(n: int, k: int, key: int) -> torch.Tensor:
+    """k distinct positions in [0, n) (n < 2**31), sorted, int64 on the CPU: the first k
+    distinct values of the draws a % n, a = the top 32 bits of mix(key, j), skipping
+    a >= (2**32 // n) * n so that every position is equally likely. The first k distinct
+    draws of a uniform stream are a uniformly random k-subset.
+
+    >>> random_positions(10, 3, key=5).tolist() == random_positions(10, 3, key=5).tolist()
+    True
+    """
+    if not 1 <= k <= n < 1 << 31:
+        raise ValueError(f"random_positions needs 1 <= k <= n < 2**31, got n={n}, k={k}")
+    if kernels.jit(torch.empty(0), numel=n) is not None:
+        import numpy as np
+        out = torch.empty(k, dtype=torch.int64)
+        _compiled().random_positions(n, k, np.uint64(key % (1 << 64)), np.zeros(n // 64 + 1, dtype=np.uint64),
+                                     out.numpy())
+        return out
+    limit, m = (1 << 32) // n * n, k + k // 4 + 64
+    while True:   # enough draws for k distinct ones: more of the same stream if not
+        a = _lsr(mix(key, m), 32)
+        draws = a[a < limit] % n
+        vals, order = torch.sort(draws, stable=True)        # ties keep the order they were drawn in
+        first = torch.ones_like(vals, dtype=torch.bool)
+        first[1:] = vals[1:] != vals[:-1]
+        if int(first.sum()) >= k:
+            break
+        m *= 2
+    when = order[first]                                      # the draw that first gave each value
+    return vals[first][when <= torch.kthvalue(when, k).values]
 
 
 def headroom(chunk: int) -> int:
@@ -136,27 +173,29 @@ def encode(x: torch.Tensor, chunk: int, kind: int, s: int, key: int, bits: int, 
     if nb is None:
         return _encode_torch(x, chunk, kind, s, key, bits, cap)
     import numpy as np
-    out = torch.empty(packed_size(n, bits), dtype=torch.uint8)
+    out = buffers.empty(packed_size(n, bits), torch.uint8)
     sent = torch.empty(-(-n // chunk), dtype=torch.float32)
     nb.encode(x.detach().numpy(), chunk, kind, s, np.float32(cap), np.uint64(key), bits, out.numpy(), sent.numpy())
     return out, sent
 
 
-def decode(packed: torch.Tensor, steps: torch.Tensor, chunk: int, s: int, bits: int, out: torch.Tensor,
-           mode: int = 0, div: int = 1, what: str = "qsgd") -> bool:
-    """(code - s) * steps[chunk of each entry] written (mode 0), added (+1) or subtracted
-    (-1) into flat float32 `out`, then divided by `div`; every code checked to be at most
-    2 * s first (ValueError naming the codec `what`, nothing written). False where the
-    compiled loop does not run (the caller decodes piece by piece)."""
+def decode(packed: torch.Tensor, steps: torch.Tensor, chunk: int, offset: int, bits: int, out: torch.Tensor,
+           mode: int = 0, div: int = 1, allowed: int | None = None, what: str = "qsgd") -> bool:
+    """(code - offset) * steps[chunk of each entry] written (mode 0), added (+1) or
+    subtracted (-1) into flat float32 `out`, then divided by `div`, in one compiled pass
+    (the quantizers' decoder too: offset qmax + 1). allowed: every code is first checked
+    to be at most this (QSGD and TernGrad: 2 * levels), else ValueError naming the codec
+    `what` and nothing is written. False where the compiled loop does not run (the
+    caller decodes with torch)."""
     n = out.numel()
     ok = out.dtype == torch.float32 and out.is_contiguous() and steps.dtype == torch.float32
     nb = _jit(out, n, chunk, bits) if ok else None
     if nb is None:
         return False
     import numpy as np
-    per_chunk = -(-min(chunk, n) // BLOCK)
-    top = nb.decode(packed.numpy(), steps.numpy(), chunk, per_chunk, s, bits, out.view(-1).numpy(), mode,
-                    np.float32(div))
-    if top > 2 * s:
-        raise ValueError(f"malformed {what} packet: a code is {top}, above 2 * levels = {2 * s}")
+    limit = (1 << bits) - 1 if allowed is None else allowed
+    top = nb.decode(packed.numpy(), steps.numpy(), chunk, offset, bits, out.view(-1).numpy(), mode,
+                    np.float32(div), limit)
+    if top > limit:
+        raise ValueError(f"malformed {what} packet: a code is {top}, above 2 * levels = {limit}")
     return True

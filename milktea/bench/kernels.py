@@ -15,11 +15,50 @@ from pathlib import Path
 import torch
 
 from .. import kernels as K
-from ..compressors import QSGD, Cast, Chain, PowerSGD, Quantize, RandomK, Sign, TernGrad, TopK
+from ..compressors import QSGD, Cast, Chain, Identity, PowerSGD, Quantize, RandomK, Sign, TernGrad, TopK
 from ..compressors.sparse import sparse_decode
 from ..device import pick_device
 from ..feedback import ErrorFeedback
 from .timing import measure, table
+
+
+#: every codec's compress and decompress, at most this many copies of the gradient
+CODEC_TARGET = 3
+
+
+def codec_cases(x: torch.Tensor, buf: torch.Tensor):
+    """(name, function, target, note): compress, then decompress into a reused buffer, of
+    each codec of the library (PowerSGD is held to PyTorch's own hook instead, in the DDP
+    comparison: python -m milktea.distributed.bench)."""
+    n = x.numel()
+    side = int(n ** 0.5)
+    mat = x[: side * side].view(side, side)
+    codecs = [
+        ("dense", Identity(), x, ""),
+        ("fp16 cast", Cast(torch.float16), x, "2 bytes per entry"),
+        ("bf16 cast", Cast(torch.bfloat16), x, "2 bytes per entry"),
+        ("TopK 1% exact", TopK(0.01), x, "deterministic ties"),
+        ("TopK 1% approximate", TopK(0.01, approximate=True), x, ""),
+        ("RandomK 1%", RandomK(0.01), x, "indices from a shared seed"),
+        ("int8", Quantize(8), x, "chunk 1024"),
+        ("int4", Quantize(4), x, "chunk 1024"),
+        ("int2", Quantize(2), x, "chunk 1024"),
+        ("int4 stochastic", Quantize(4, stochastic=True), x, "hashed uniforms"),
+        ("sign", Sign(), x, "1 bit + mean|x|"),
+        ("QSGD 4 levels", QSGD(4), x, "hashed uniforms, 2-norm per 512"),
+        ("TernGrad", TernGrad(), x, "hashed uniforms, one max-norm"),
+        ("TopK 1% + int8", Chain(TopK(0.01, approximate=True), Quantize(8)), x, ""),
+        ("PowerSGD rank 4", PowerSGD(4), mat, f"{side}x{side}; vs PyTorch's hook in the DDP bench"),
+    ]
+    out = []
+    for name, comp, t, note in codecs:
+        target = None if isinstance(comp, PowerSGD) else CODEC_TARGET
+        packet = comp.compress(t)
+        dst = buf[: t.numel()].view(t.shape)
+        out += [(f"{name}: compress", lambda c=comp, t=t: c.compress(t), target, note),
+                (f"{name}: decompress", lambda c=comp, p=packet, d=dst: c.decompress(p, out=d), target,
+                 "into a reused buffer")]
+    return out
 
 
 def cases(x: torch.Tensor):
@@ -28,32 +67,18 @@ def cases(x: torch.Tensor):
     k = max(1, n // 100)
     buf = torch.empty_like(x)
     resid = torch.zeros_like(x)
-    topk, approx = TopK(0.01), TopK(0.01, approximate=True)
-    q8, q4, sign = Quantize(8), Quantize(4), Sign()
-    p8, p4, ps = q8.compress(x), q4.compress(x), sign.compress(x)
+    approx = TopK(0.01, approximate=True)
+    q8, sign = Quantize(8), Sign()
+    p8 = q8.compress(x)
     ef = ErrorFeedback(TopK(0.01, approximate=True))
     count = sparse_decode(approx.compress(x))[0].numel()
-    side = int(n ** 0.5)
-    mat = x[: side * side].view(side, side)
     out = [
         ("copy (baseline)", lambda: buf.copy_(x), None, "dst.copy_(src), no allocation"),
         ("torch.topk 1% of |x|", lambda: torch.topk(x.abs(), k, sorted=False), None, "PyTorch's own"),
-        ("TopK 1% exact", lambda: topk.compress(x), 10, "deterministic ties"),
-        ("TopK 1% approximate", lambda: approx.compress(x), 5, f"kept {count} for k={k} ({100 * (count / k - 1):+.1f}%)"),
+        *codec_cases(x, buf),
         ("error-feedback add", lambda: resid.add_(x), 2, "residual += grad"),
-        ("EF step, TopK 1% approx", lambda: ef.compress(x), None, "add + select + cross out"),
-        ("int8 quantize+pack", lambda: q8.compress(x), 2, "chunk 1024"),
-        ("int4 quantize+pack", lambda: q4.compress(x), 2, "chunk 1024"),
-        ("int8 dequantize", lambda: q8.decompress(p8, out=buf), 2, "into a reused buffer"),
-        ("int4 dequantize", lambda: q4.decompress(p4, out=buf), 2, "into a reused buffer"),
-        ("sign pack", lambda: sign.compress(x), 2, "1 bit + mean|x|"),
-        ("sign unpack", lambda: sign.decompress(ps, out=buf), 2, "into a reused buffer"),
-        ("RandomK 1%", lambda: RandomK(0.01).compress(x), None, "indices from a shared seed"),
-        ("QSGD 4 levels", lambda: QSGD(4).compress(x), None, "stochastic, torch ops"),
-        ("TernGrad", lambda: TernGrad().compress(x), None, "stochastic, torch ops"),
-        ("fp16 cast", lambda: Cast(torch.float16).compress(x), None, ""),
-        ("PowerSGD rank 4", lambda: PowerSGD(4).compress(mat), None, f"{side}x{side} matrix"),
-        ("TopK 1% + int8", lambda: Chain(TopK(0.01, approximate=True), Quantize(8)).compress(x), None, ""),
+        ("EF step, TopK 1% approx", lambda: ef.compress(x), None,
+         f"add + select + cross out; kept {count} for k={k} ({100 * (count / k - 1):+.1f}%)"),
     ]
     if K.USE_NUMBA and x.device.type == "cpu":
         def torch_path(fn):
@@ -65,9 +90,10 @@ def cases(x: torch.Tensor):
                     K.USE_NUMBA = True
             return run
         out += [
-            ("int8 quantize+pack, torch ops", torch_path(lambda: q8.compress(x)), None, "unfused, for contrast"),
-            ("int8 dequantize, torch ops", torch_path(lambda: q8.decompress(p8, out=buf)), None, "unfused"),
-            ("sign pack, torch ops", torch_path(lambda: sign.compress(x)), None, "unfused"),
+            ("int8 compress, torch ops", torch_path(lambda: q8.compress(x)), None, "unfused, for contrast"),
+            ("int8 decompress, torch ops", torch_path(lambda: q8.decompress(p8, out=buf)), None, "unfused"),
+            ("sign compress, torch ops", torch_path(lambda: sign.compress(x)), None, "unfused"),
+            ("QSGD compress, torch ops", torch_path(lambda: QSGD(4).compress(x)), None, "same bits, unfused"),
         ]
     if n <= 2_000_000:
         out.insert(2, ("naive: full sort of |x|", lambda: torch.sort(x.abs(), descending=True).indices[:k],

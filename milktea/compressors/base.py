@@ -6,7 +6,7 @@ from typing import Sequence
 
 import torch
 
-from .. import trace
+from .. import buffers, trace
 from ..checks import check_choice, check_grad, NONFINITE_POLICIES
 from ..packet import Packet
 from .registry import decode, decode_add, decode_mean, register_library_codec
@@ -312,7 +312,7 @@ class Identity(Compressor):
         return "dense"
 
     def _compress(self, t):
-        return Packet("dense", tuple(t.shape), t.dtype, (), (to_bytes(t).clone(),))
+        return Packet("dense", tuple(t.shape), t.dtype, (), (to_bytes(buffers.empty(t.shape, t.dtype, t.device).copy_(t)),))
 
 
 register_library_codec("dense", lambda p, out=None: dense_decode(p, out, p.dtype),

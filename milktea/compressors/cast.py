@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import torch
 
+from .. import buffers, kernels
 from ..packet import DTYPES, Packet
 from .base import Compressor
 from .registry import register_library_codec
 from .wire import dense_add, dense_decode, expect_layout, to_bytes
 
+FP16_OVERFLOW = ("the gradient exceeds float16's range (|x| > 65504); use Cast(torch.bfloat16), or scale "
+                 "the gradient down before casting")
 _HALF = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _BY_CODE = {DTYPES[d]: d for d in _HALF}
 
@@ -45,13 +48,31 @@ class Cast(Compressor):
         return 65520.0 if self.dtype == torch.float16 else float("inf")
 
     def _compress(self, t):
-        h = t.to(self.dtype)
-        # a finite entry must not come back infinite; under "ignore" an infinity sent as one is fine
-        if self.dtype == torch.float16 and bool(torch.isinf(h).any()) and (
-                self.nonfinite != "ignore" or bool((torch.isinf(h) & torch.isfinite(t)).any())):
-            raise ValueError("the gradient exceeds float16's range (|x| > 65504); use "
-                             "Cast(torch.bfloat16), or scale the gradient down before casting")
+        h = _cast_compiled(t, self.dtype) if self.nonfinite != "ignore" else None
+        if h is None:
+            h = t.to(self.dtype)
+            # a finite entry must not come back infinite; under "ignore" an infinity sent as one is fine
+            if self.dtype == torch.float16 and bool(torch.isinf(h).any()) and (
+                    self.nonfinite != "ignore" or bool((torch.isinf(h) & torch.isfinite(t)).any())):
+                raise ValueError(FP16_OVERFLOW)
         return Packet("cast", tuple(t.shape), t.dtype, (DTYPES[self.dtype],), (to_bytes(h),))
+
+
+def _cast_compiled(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """t (finite: checked by the caller's policy) as `dtype` through the compiled loop, the
+    bits of t.to(dtype) in one pass; ValueError for a float16 overflow. None where the loop
+    does not run (not float32 on the CPU, small, numba off)."""
+    if t.dtype != torch.float32 or kernels.jit(t) is None:
+        return None
+    from milktea import numba_cast
+    import numpy as np
+    x = t.reshape(-1).contiguous()
+    h = buffers.empty(x.numel(), dtype)
+    over = numba_cast.cast16(x.view(torch.int32).numpy().view(np.uint32), h.view(torch.int16).numpy(),
+                             dtype == torch.bfloat16)
+    if over:
+        raise ValueError(FP16_OVERFLOW)
+    return h.view(t.shape)
 
 
 def _half_of(packet) -> torch.dtype:

@@ -245,7 +245,7 @@ def _decode_levels(packet, out=None):
     res = output(packet, out)
     steps = from_bytes(packet.parts[1], torch.float32) / s
     flat = res.view(-1) if res.dtype == torch.float32 else torch.empty(packet.numel, device=res.device)
-    if not stochastic.decode(packet.parts[0], steps, chunk, s, bits, flat, what=packet.codec):
+    if not stochastic.decode(packet.parts[0], steps, chunk, s, bits, flat, allowed=2 * s, what=packet.codec):
         codes = _level_codes(packet, s, bits, packet.numel)
         flat.copy_((codes.float() - s) * steps.repeat_interleave(chunk)[:packet.numel])
     if flat.data_ptr() != res.data_ptr():
@@ -257,7 +257,7 @@ def _add_levels(packet, out, alpha):
     s, bits, chunk = _levels_layout(packet)
     steps = from_bytes(packet.parts[1], torch.float32) / s
     if packet.dtype == torch.float32 and alpha in (1.0, -1.0) and stochastic.decode(
-            packet.parts[0], steps, chunk, s, bits, out, -1 if alpha < 0 else 1, what=packet.codec):
+            packet.parts[0], steps, chunk, s, bits, out, -1 if alpha < 0 else 1, allowed=2 * s, what=packet.codec):
         return     # one compiled pass: check, decode and add
     add_pieces(packet, out, _levels_piece(packet, bits, chunk, steps, s, levels=s), alpha)
 
@@ -266,7 +266,7 @@ def _add_divide_levels(packet, out, count):
     s, bits, chunk = _levels_layout(packet)
     steps = from_bytes(packet.parts[1], torch.float32) / s
     return packet.dtype == torch.float32 and stochastic.decode(packet.parts[0], steps, chunk, s, bits, out, 1,
-                                                               count, what=packet.codec)
+                                                               count, allowed=2 * s, what=packet.codec)
 
 
 def _add_divide_quant(packet, out, count):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .. import index as index_codec
-from .. import kernels, trace
+from .. import kernels, stochastic, trace
 from ..checks import check_choice, check_positive_int, resolve_k
 from ..packet import Packet
 from .base import Compressor, check_same_kind
@@ -231,7 +231,7 @@ def _decode_sparse(packet, out=None):
     idx, vals = sparse_decode(packet)
     res = output(packet, out)
     res.zero_()
-    res.view(-1)[idx] = vals
+    res.view(-1).index_copy_(0, idx, vals.to(res.dtype))   # sorted unique indices: half index_put's time
     return res
 
 
@@ -242,15 +242,11 @@ def _add_sparse(packet, out, alpha):
 
 def _random_indices(n: int, k: int, seed: int, device) -> torch.Tensor:
     """k distinct positions in [0, n), sorted, the same on every machine for a seed."""
-    g = torch.Generator().manual_seed(seed)
-    if n <= 1 << 20 or 4 * k > n:
-        idx = torch.randperm(n, generator=g)[:k]
-    else:  # draw with replacement, dedupe, keep a random k of the distinct ones
-        draw = torch.unique(torch.randint(n, (k + k // 4 + 64,), generator=g))
-        while draw.numel() < k:
-            draw = torch.unique(torch.cat([draw, torch.randint(n, (k,), generator=g)]))
-        idx = draw[torch.randperm(draw.numel(), generator=g)[:k]]
-    return idx.sort().values.to(device)
+    if n <= 1 << 20 or 4 * k > n or n >= 1 << 31:
+        g = torch.Generator().manual_seed(seed)
+        return torch.randperm(n, generator=g)[:k].sort().values.to(device)
+    # hashed draws, duplicates skipped: one pass, no sort (see stochastic.random_positions)
+    return stochastic.random_positions(n, k, seed).to(device)
 
 
 class RandomK(Sparsifier):

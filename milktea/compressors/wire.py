@@ -32,6 +32,7 @@ import math
 
 import torch
 
+from .. import buffers
 from ..packet import Packet
 
 #: Entries decoded at a time by the chunk-wise paths of decompress_add (a small scratch).
@@ -73,7 +74,7 @@ def output(packet: Packet, out: torch.Tensor | None) -> torch.Tensor:
     Decoders call this only after checking every size against the packet's bytes.
     """
     if out is None:
-        return torch.empty(packet.shape, dtype=packet.dtype, device=packet.device)
+        return buffers.empty(packet.shape, packet.dtype, packet.device)
     if tuple(out.shape) != tuple(packet.shape) or out.dtype != packet.dtype:
         raise ValueError(f"out has shape {tuple(out.shape)} and dtype {out.dtype}; the packet "
                          f"needs shape {packet.shape} and dtype {packet.dtype}")

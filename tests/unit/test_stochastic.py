@@ -116,3 +116,39 @@ def test_a_resumed_compressor_draws_what_the_uninterrupted_one_does():
     b.load_state_dict(a.state_dict())
     assert a.compress(x).to_bytes() == b.compress(x).to_bytes()
     assert a.compress(x).to_bytes() != QSGD(levels=4).compress(x).to_bytes()   # each call draws anew
+
+
+# -- RandomK's positions: hashed draws, duplicates skipped --------------------------------
+@pytest.mark.parametrize("n, k", [(2_000_000, 20_000), (3_000_000, 700_000), (1 << 21, 1)])
+def test_random_positions_are_the_same_on_both_paths(n, k, monkeypatch):
+    monkeypatch.setattr(kernels, "NUMBA_MIN_NUMEL", 0)
+    fast = stochastic.random_positions(n, k, key=12345)
+    monkeypatch.setattr(kernels, "USE_NUMBA", False)
+    slow = stochastic.random_positions(n, k, key=12345)
+    assert torch.equal(fast, slow)
+    assert fast.numel() == k and bool((fast[1:] > fast[:-1]).all())   # k distinct, sorted
+    assert 0 <= int(fast[0]) and int(fast[-1]) < n
+
+
+def test_random_positions_include_every_position_equally_often():
+    n, k, runs = 2_000_000, 100_000, 200
+    hits = torch.zeros(n)
+    for key in range(runs):
+        hits[stochastic.random_positions(n, k, key)] += 1
+    p = k / n
+    assert float(hits.mean()) == pytest.approx(runs * p)
+    assert float(hits.std()) == pytest.approx((runs * p * (1 - p)) ** 0.5, rel=0.02)   # binomial spread
+    first, last = hits[: n // 2].mean(), hits[n // 2:].mean()                            # no drift along n
+    assert abs(float(first - last)) < 0.02 * runs * p
+
+
+def test_randomk_packets_decode_to_the_same_positions_on_both_paths(monkeypatch):
+    from milktea import RandomK
+    x = torch.randn(2_000_000)
+    p = RandomK(0.01, seed=3).compress(x)
+    a = RandomK(0.01).decompress(p)
+    monkeypatch.setattr(kernels, "USE_NUMBA", False)
+    b = RandomK(0.01).decompress(p)
+    assert torch.equal(a, b)
+    kept = a != 0
+    assert int(kept.sum()) == 20_000 and torch.equal(a[kept], x[kept])
