@@ -147,19 +147,6 @@ def dequantize(codes: torch.Tensor, scales: torch.Tensor, chunk: int, qmax: int,
     return out
 
 
-def dequantize_add(packed: torch.Tensor, scales: torch.Tensor, chunk: int, bits: int,
-                   out: torch.Tensor, alpha: float, div: int = 1) -> bool:
-    """out += alpha * dequantize_packed(...) in one compiled pass (flat float32 `out`,
-    alpha +-1: then alpha * v is exact and the sum has decode-then-add's bits), then
-    out /= div in the same pass where div != 1. False where that does not run (the
-    caller adds piece by piece)."""
-    ok = alpha in (1.0, -1.0) and out.dtype == torch.float32 and out.is_contiguous() and \
-        (bits == 8 or (chunk * bits) % 8 == 0 or chunk >= out.numel())
-    from . import stochastic     # the one compiled decoder of packed codes (it imports this module)
-    return ok and stochastic.decode(packed, scales, chunk, 2 ** (bits - 1), bits, out.view(-1),
-                                    -1 if alpha < 0 else 1, div)
-
-
 def sign_unpack_add(packed: torch.Tensor, scale: float, out: torch.Tensor, alpha: float,
                     div: int = 1) -> bool:
     """out += alpha * sign_unpack(...) in one compiled pass (flat float32 `out`, alpha
@@ -361,13 +348,3 @@ def quantize_packed(x: torch.Tensor, chunk: int, bits: int) -> tuple[torch.Tenso
         return out, scales
     codes, scales = quantize(x, chunk, qmax)
     return pack(codes, bits), scales
-
-
-def dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, chunk: int, bits: int,
-                      out: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`quantize_packed` into `out` (flat float32)."""
-    from .bits import unpack
-    from . import stochastic     # the one compiled decoder of packed codes (it imports this module)
-    if stochastic.decode(packed, scales, chunk, 2 ** (bits - 1), bits, out):
-        return out
-    return dequantize(unpack(packed, bits, out.numel()), scales, chunk, 2 ** (bits - 1) - 1, out)

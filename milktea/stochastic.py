@@ -21,11 +21,10 @@ True
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from . import buffers, kernels
+from .codes import compiled as _compiled, compiled_for as _jit   # the compiled loops, where they run
 from .bits import pack, packed_size
 
 LEVELS_L2, LEVELS_MAX, ABSMAX = 0, 1, 2     # QSGD, TernGrad, stochastic Quantize
@@ -145,21 +144,6 @@ def _encode_torch(x, chunk, kind, s, key, bits, cap):
     return pack(codes.to(torch.uint8).reshape(-1)[:n], bits), sent
 
 
-def _aligned(n: int, chunk: int, bits: int) -> bool:
-    return (chunk * bits) % 8 == 0 or chunk >= n
-
-
-@functools.lru_cache(maxsize=None)
-def _compiled():
-    from . import numba_stochastic
-    return numba_stochastic
-
-
-def _jit(t: torch.Tensor, n: int, chunk: int, bits: int):
-    """The compiled loops where they run on t (see kernels.jit) and chunks start on a byte."""
-    return _compiled() if _aligned(n, chunk, bits) and kernels.jit(t) is not None else None
-
-
 def encode(x: torch.Tensor, chunk: int, kind: int, s: int, key: int, bits: int, cap: float
            ) -> tuple[torch.Tensor, torch.Tensor]:
     """(packed `bits`-bit codes, float32 per-chunk norms or scales) of flat float32 x.
@@ -177,25 +161,3 @@ def encode(x: torch.Tensor, chunk: int, kind: int, s: int, key: int, bits: int, 
     sent = torch.empty(-(-n // chunk), dtype=torch.float32)
     nb.encode(x.detach().numpy(), chunk, kind, s, np.float32(cap), np.uint64(key), bits, out.numpy(), sent.numpy())
     return out, sent
-
-
-def decode(packed: torch.Tensor, steps: torch.Tensor, chunk: int, offset: int, bits: int, out: torch.Tensor,
-           mode: int = 0, div: int = 1, allowed: int | None = None, what: str = "qsgd") -> bool:
-    """(code - offset) * steps[chunk of each entry] written (mode 0), added (+1) or
-    subtracted (-1) into flat float32 `out`, then divided by `div`, in one compiled pass
-    (the quantizers' decoder too: offset qmax + 1). allowed: every code is first checked
-    to be at most this (QSGD and TernGrad: 2 * levels), else ValueError naming the codec
-    `what` and nothing is written. False where the compiled loop does not run (the
-    caller decodes with torch)."""
-    n = out.numel()
-    ok = out.dtype == torch.float32 and out.is_contiguous() and steps.dtype == torch.float32
-    nb = _jit(out, n, chunk, bits) if ok else None
-    if nb is None:
-        return False
-    import numpy as np
-    limit = (1 << bits) - 1 if allowed is None else allowed
-    top = nb.decode(packed.numpy(), steps.numpy(), chunk, offset, bits, out.view(-1).numpy(), mode,
-                    np.float32(div), limit)
-    if top > limit:
-        raise ValueError(f"malformed {what} packet: a code is {top}, above 2 * levels = {limit}")
-    return True

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import kernels, stochastic
+from .. import codes, kernels, stochastic
 from ..bits import packed_size, unpack
 from ..checks import check_choice, check_int, check_positive_int
 from ..packet import Packet
@@ -108,7 +108,7 @@ def _decode_quant(packet, out=None):
     res = output(packet, out)
     scales = from_bytes(packet.parts[1], torch.float32)
     flat = res.view(-1) if res.dtype == torch.float32 else torch.empty(packet.numel, device=res.device)
-    kernels.dequantize_packed(packet.parts[0], scales, chunk, bits, flat)
+    codes.dequantize_packed(packet.parts[0], scales, chunk, bits, flat)
     if flat.data_ptr() != res.data_ptr():
         res.view(-1).copy_(flat)
     return res
@@ -119,27 +119,27 @@ def _levels_piece(packet, bits, chunk, steps, offset, levels=None):
     (levels: each code checked to be at most 2 * levels)."""
     def piece(s, e):
         # pieces start at multiples of 8 entries, so on a byte boundary for 1, 2, 4 or 8 bits
-        codes = unpack(packet.parts[0][s * bits // 8: packed_size(e, bits)], bits, e - s)
+        got = unpack(packet.parts[0][s * bits // 8: packed_size(e, bits)], bits, e - s)
         if levels is not None:
-            _checked_levels(packet, codes, levels)
-        which = torch.arange(s, e, device=codes.device) // chunk
-        return (codes.float() - offset) * steps[which]
+            _checked_levels(packet, got, levels)
+        which = torch.arange(s, e, device=got.device) // chunk
+        return (got.float() - offset) * steps[which]
     return piece
 
 
 def _add_quant(packet, out, alpha):
     bits, chunk = _quant_layout(packet)
     scales = from_bytes(packet.parts[1], torch.float32)
-    if packet.dtype == torch.float32 and kernels.dequantize_add(packet.parts[0], scales, chunk, bits, out, alpha):
+    if packet.dtype == torch.float32 and codes.dequantize_add(packet.parts[0], scales, chunk, bits, out, alpha):
         return     # one compiled pass: decode and add together
     step = chunk_step(chunk)
     if step is None:   # chunks longer than a scratch should be: entry by entry
         return add_pieces(packet, out, _levels_piece(packet, bits, chunk, scales, 2 ** (bits - 1)), alpha)
 
     def piece(s, e):   # whole chunks from a byte boundary: the decoder's own kernel on a slice
-        codes = packet.parts[0][s * bits // 8: packed_size(e, bits)]
-        scratch = torch.empty(e - s, device=codes.device)
-        return kernels.dequantize_packed(codes, scales[s // chunk: -(-e // chunk)], chunk, bits, scratch)
+        part = packet.parts[0][s * bits // 8: packed_size(e, bits)]
+        scratch = torch.empty(e - s, device=part.device)
+        return codes.dequantize_packed(part, scales[s // chunk: -(-e // chunk)], chunk, bits, scratch)
     add_pieces(packet, out, piece, alpha, step)
 
 
@@ -245,9 +245,9 @@ def _decode_levels(packet, out=None):
     res = output(packet, out)
     steps = from_bytes(packet.parts[1], torch.float32) / s
     flat = res.view(-1) if res.dtype == torch.float32 else torch.empty(packet.numel, device=res.device)
-    if not stochastic.decode(packet.parts[0], steps, chunk, s, bits, flat, allowed=2 * s, what=packet.codec):
-        codes = _level_codes(packet, s, bits, packet.numel)
-        flat.copy_((codes.float() - s) * steps.repeat_interleave(chunk)[:packet.numel])
+    if not codes.decode(packet.parts[0], steps, chunk, s, bits, flat, allowed=2 * s, what=packet.codec):
+        levels = _level_codes(packet, s, bits, packet.numel)
+        flat.copy_((levels.float() - s) * steps.repeat_interleave(chunk)[:packet.numel])
     if flat.data_ptr() != res.data_ptr():
         res.view(-1).copy_(flat)
     return res
@@ -256,7 +256,7 @@ def _decode_levels(packet, out=None):
 def _add_levels(packet, out, alpha):
     s, bits, chunk = _levels_layout(packet)
     steps = from_bytes(packet.parts[1], torch.float32) / s
-    if packet.dtype == torch.float32 and alpha in (1.0, -1.0) and stochastic.decode(
+    if packet.dtype == torch.float32 and alpha in (1.0, -1.0) and codes.decode(
             packet.parts[0], steps, chunk, s, bits, out, -1 if alpha < 0 else 1, allowed=2 * s, what=packet.codec):
         return     # one compiled pass: check, decode and add
     add_pieces(packet, out, _levels_piece(packet, bits, chunk, steps, s, levels=s), alpha)
@@ -265,13 +265,13 @@ def _add_levels(packet, out, alpha):
 def _add_divide_levels(packet, out, count):
     s, bits, chunk = _levels_layout(packet)
     steps = from_bytes(packet.parts[1], torch.float32) / s
-    return packet.dtype == torch.float32 and stochastic.decode(packet.parts[0], steps, chunk, s, bits, out, 1,
+    return packet.dtype == torch.float32 and codes.decode(packet.parts[0], steps, chunk, s, bits, out, 1,
                                                                count, allowed=2 * s, what=packet.codec)
 
 
 def _add_divide_quant(packet, out, count):
     bits, chunk = _quant_layout(packet)
-    return packet.dtype == torch.float32 and kernels.dequantize_add(
+    return packet.dtype == torch.float32 and codes.dequantize_add(
         packet.parts[0], from_bytes(packet.parts[1], torch.float32), chunk, bits, out, 1.0, count)
 
 
