@@ -201,14 +201,34 @@ def encode(x, chunk, kind, s, cap, key, bits, out, sent):
             encode_piece(x, st, e, sent[c] if sent[c] > 0 else np.float32(1.0), kind, s, key, bits, out)
 
 
+SUB = 256   # entries a decoder adds at a time, from a scratch that stays in L1
+
+
 @njit(inline="always")
-def put(os_, i, code, offset, sc, mode, sign, div):
-    """os_[i] = (code - offset) * sc (mode 0), or os_[i] + sign * that, then / div: one
-    IEEE operation each, as torch's out.add_(v, alpha=+-1) and div_ do (out - v is
-    out + (-v) exactly, and y / 1 is y)."""
-    v = np.float32(np.int32(code) - offset) * sc
-    y = v if mode == 0 else os_[i] + v * sign
-    os_[i] = y / div
+def values(pb, count, bits, offset, sc, div, dst):
+    """dst[i] = (code i - offset) * sc / div for the `count` codes packed in pb (byte by
+    byte, so LLVM vectorizes; y / 1 is y)."""
+    if bits == 8:
+        for i in range(count):
+            dst[i] = np.float32(np.int32(pb[i]) - offset) * sc / div
+        return
+    per = 8 // bits
+    whole = count // per
+    if bits == 4:
+        for b in range(whole):
+            byte = np.int32(pb[b])
+            dst[2 * b] = np.float32((byte & 15) - offset) * sc / div
+            dst[2 * b + 1] = np.float32((byte >> 4) - offset) * sc / div
+    elif bits == 2:
+        for b in range(whole):
+            byte = np.int32(pb[b])
+            dst[4 * b] = np.float32((byte & 3) - offset) * sc / div
+            dst[4 * b + 1] = np.float32(((byte >> 2) & 3) - offset) * sc / div
+            dst[4 * b + 2] = np.float32(((byte >> 4) & 3) - offset) * sc / div
+            dst[4 * b + 3] = np.float32((byte >> 6) - offset) * sc / div
+    for i in range(whole * per, count):          # a last, partly filled byte
+        code = (np.int32(pb[(i * bits) >> 3]) >> ((i * bits) & 7)) & ((1 << bits) - 1)
+        dst[i] = np.float32(code - offset) * sc / div
 
 
 @njit(inline="always")
@@ -251,33 +271,23 @@ def decode(packed, steps, chunk, offset, bits, out, mode, div, allowed):
         if top > allowed:
             return top
     sign = np.float32(-1.0 if mode < 0 else 1.0)
+    one = np.float32(1.0)
     for p in prange(pieces):
         c, st, e = piece_of(p, chunk, per_chunk, n)
         if st >= e:
             continue
-        sc = steps[c]
         pb = packed[st * bits // 8:(e * bits + 7) // 8]
         os_ = out[st:e]
-        if bits == 8:
-            for i in range(e - st):
-                put(os_, i, pb[i], offset, sc, mode, sign, div)
+        if mode == 0:                           # write: out = v / div
+            values(pb, e - st, bits, offset, steps[c], div, os_)
             continue
-        per = 8 // bits
-        whole = (e - st) // per
-        if bits == 4:
-            for b in range(whole):
-                byte = pb[b]
-                put(os_, 2 * b, byte & 15, offset, sc, mode, sign, div)
-                put(os_, 2 * b + 1, byte >> 4, offset, sc, mode, sign, div)
-        elif bits == 2:
-            for b in range(whole):
-                byte = pb[b]
-                put(os_, 4 * b, byte & 3, offset, sc, mode, sign, div)
-                put(os_, 4 * b + 1, (byte >> 2) & 3, offset, sc, mode, sign, div)
-                put(os_, 4 * b + 2, (byte >> 4) & 3, offset, sc, mode, sign, div)
-                put(os_, 4 * b + 3, byte >> 6, offset, sc, mode, sign, div)
-        for i in range(whole * per, e - st):       # a last, partly filled byte
-            put(os_, i, (pb[(i * bits) >> 3] >> ((i * bits) & 7)) & mask, offset, sc, mode, sign, div)
+        tmp = np.empty(min(SUB, e - st), dtype=np.float32)
+        for q in range(0, e - st, SUB):         # add: v into the scratch, then out = (out +- v) / div
+            m = min(SUB, e - st - q)
+            values(pb[q * bits // 8:], m, bits, offset, steps[c], one, tmp)
+            o = os_[q:q + m]
+            for j in range(m):
+                o[j] = (o[j] + tmp[j] * sign) / div
     return min(allowed, mask)
 
 
