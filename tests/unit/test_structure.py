@@ -41,7 +41,8 @@ def test_a_registered_scheme_gets_the_ledger_its_compressor_needs():
         assert [schemes.MILKTEA[n][2] for n in ("test-biased", "test-unbiased", "test-told")] == [True, False, True]
     finally:
         for n in ("test-biased", "test-unbiased", "test-told"):
-            schemes.MILKTEA.pop(n, None)
+            if n in schemes.MILKTEA:
+                schemes.unregister(n)        # popping MILKTEA alone left the names in SCHEMES
 
 
 class Halves(Compressor):
