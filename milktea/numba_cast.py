@@ -34,7 +34,7 @@ def bfloat_bits(w):
 
 @njit(parallel=True, cache=True, nogil=True)
 def cast16(w, out, bf16):
-    """out[i] = the 16-bit float nearest x[i] (w: x's bits as int64-friendly uint32, finite);
+    """out[i] = the 16-bit float nearest x[i] (w: the uint32 bits of a finite float32 x);
     returns how many came out infinite (float16 only: each is an overflow)."""
     n = w.size
     over = 0
