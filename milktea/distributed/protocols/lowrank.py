@@ -13,10 +13,13 @@ from .base import Protocol, log, register
 class LowRank(Protocol):
     """PowerSGD (Vogels et al. 2019): per matrix M (the parameter's gradient as rows x rest).
 
-    Hot path, per bucket: M += ledger; P = M Q for every matrix, all P's in one all-reduce;
-    orthonormalise each P, Q = M^T P, all Q's in one all-reduce, divided by N; the item
-    becomes P Q^T and the ledger keeps M - P Q_own^T. The averaged Q is every rank's warm
-    start for the next step, so the ranks stay in step.
+    Hot path, per bucket: ledger += M (the ledger is then the matrix compressed); P = M Q
+    for every matrix, all P's in one all-reduce; orthonormalise each P, Q = M^T P, all Q's
+    in one all-reduce, divided by N; the item becomes P Q^T and the ledger keeps
+    M - P Q_own^T (in place). The averaged Q is every rank's warm start for the next step,
+    so the ranks stay in step. Every product runs on M in its own row-major layout (Q is
+    kept as a view of a contiguous Q^T), and P and Q are written straight into the
+    all-reduced buffers: five passes over each matrix per step.
     """
     collective = "allreduce"
     summed = True
@@ -35,48 +38,55 @@ class LowRank(Protocol):
         with trace.bucket("lowrank", step, self.rank):
             self._run(comm, items, step)
 
+    def _matrix(self, it, v):
+        """The matrix to compress: under error feedback the ledger itself, after
+        ledger += gradient (so the ledger's update later is one in-place pass), else the
+        gradient (the bucket itself when it is float32)."""
+        if not (self.error_feedback and it.used):
+            return v.float()
+        led = self.ledger(it.name)
+        if led.residual is None:
+            led.residual = v.to(torch.float32, copy=True)
+        else:
+            led.residual.add_(v)
+        return led.residual
+
     def _run(self, comm, items, step):
         t0 = time.perf_counter()
         views = [it.tensor.view(it.tensor.shape[0], -1) for it in items]
-        mats = [v.float() for v in views]           # the bucket itself when it is float32
-        for it, m in zip(items, mats):      # PowerSGD's ledger: the matrix, in float32 as M is
-            led = self.ledgers.get(it.name)
-            if self.error_feedback and it.used and led is not None and led.residual is not None:
-                m.add_(led.residual)
-        ps = [self.coder(it.name).project(m) for it, m in zip(items, mats)]
-        P = torch.cat([p.reshape(-1) for p in ps])
+        mats = [self._matrix(it, v) for it, v in zip(items, views)]
+        ranks = [self.coder(it.name)._rank_for(m) for it, m in zip(items, mats)]
+        device = mats[0].device if mats else None
+        P = torch.empty(sum(m.shape[0] * r for m, r in zip(mats, ranks)), device=device)
+        Q = torch.empty(sum(m.shape[1] * r for m, r in zip(mats, ranks)), device=device)
+        ps, qts, po, qo = [], [], 0, 0
+        for it, m, r in zip(items, mats, ranks):     # P = M Q, written straight into the message
+            ps.append(P[po: po + m.shape[0] * r].view(m.shape[0], r))
+            qts.append(Q[qo: qo + m.shape[1] * r].view(r, m.shape[1]))
+            po, qo = po + ps[-1].numel(), qo + qts[-1].numel()
+            self.coder(it.name).project(m, out=ps[-1])
         log(comm, step, compress_s=time.perf_counter() - t0)
         log(comm, step, payload_bytes=P.numel() * P.element_size())
         comm.all_reduce(P, step)
         t0 = time.perf_counter()
-        qs, off = [], 0
-        for j, (it, m) in enumerate(zip(items, mats)):
-            p = ps[j] = P[off: off + ps[j].numel()].view_as(ps[j])
-            off += p.numel()
-            q = self.coder(it.name).finish(m, p)
+        qs = []
+        for it, m, p, qt in zip(items, mats, ps, qts):
+            qs.append(self.coders[it.name].finish(m, p, out=qt))     # Q^T = P^T M, into the message
             if self.error_feedback and it.used:   # the ledger keeps what this rank's P Q^T missed
-                led = self.ledger(it.name)
-                if led.residual is None:
-                    led.residual = torch.empty_like(m)
-                torch.addmm(m, p, q.t(), alpha=-1, out=led.residual)
-            qs.append(q)
-        Q = torch.cat([q.reshape(-1) for q in qs])
+                m.addmm_(p, qt, alpha=-1)
         log(comm, step, compress_s=time.perf_counter() - t0)
         log(comm, step, payload_bytes=Q.numel() * Q.element_size())
         comm.all_reduce(Q, step)
         t0 = time.perf_counter()
         Q.div_(self.world)
-        off = 0
-        for it, v, p, q in zip(items, views, ps, qs):
-            q = Q[off: off + q.numel()].view_as(q)
-            off += q.numel()
+        for it, v, p, qt in zip(items, views, ps, qts):
             c = self.coders[it.name]
             if c.warm_start:
-                c.q = q.clone()       # every rank starts the next step from the same averaged Q
+                c.q = qt.t()          # every rank starts the next step from the same averaged Q
             if v.dtype == torch.float32:
-                torch.mm(p, q.t(), out=v)       # P Q^T straight into the bucket
+                torch.mm(p, qt, out=v)          # P Q^T straight into the bucket
             else:
-                v.copy_(p @ q.t())
+                v.copy_(p @ qt)
         log(comm, step, decode_s=time.perf_counter() - t0)
         if trace.ENABLED:
             for it, p, q in zip(items, ps, qs):
