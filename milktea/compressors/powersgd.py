@@ -10,6 +10,12 @@ then of Q); the phases are exposed for that as :meth:`project`, :meth:`finish` a
 :meth:`expand`. One-dimensional tensors are sent uncompressed, as in PyTorch's hook.
 Packet (codec ``powersgd``): params = (rows, cols, rank), parts = (P, Q) as float32;
 rank 0 means a dense float32 payload.
+
+``batched=True`` is PyTorch's ``batched_powerSGD_hook``: in the DDP hook, every tensor
+of a bucket (biases too) is packed into one zero-padded square matrix of side
+ceil(sqrt(numel)), compressed with one P and one Q (protocol ``lowrank-batched``).
+Far fewer bytes (2 x side x rank floats per bucket), a coarser approximation.
+:meth:`compress` on one tensor is the same for both forms.
 """
 from __future__ import annotations
 
@@ -38,24 +44,32 @@ class PowerSGD(Compressor):
     >>> ps = PowerSGD(rank=1)
     >>> torch.allclose(ps.decompress(ps.compress(m)), m, atol=1e-5)
     True
+    >>> PowerSGD(rank=4, batched=True).protocol     # a bucket's tensors as one matrix in DDP
+    'lowrank-batched'
     """
     codec = "powersgd"
     protocol = "lowrank"
     biased = True
 
-    def __init__(self, rank: int = 1, warm_start: bool = True, seed: int = 0, nonfinite: str = "raise"):
+    def __init__(self, rank: int = 1, warm_start: bool = True, seed: int = 0, nonfinite: str = "raise",
+                 batched: bool = False):
         super().__init__(nonfinite)
         self.rank = check_positive_int(rank, "rank")
         self.warm_start = bool(warm_start)
+        if not isinstance(batched, bool):
+            raise TypeError(f"batched must be True or False, got {batched!r}")
+        self.batched = batched
+        if batched:
+            self.protocol = "lowrank-batched"
         self.seed = seed
         self.q: torch.Tensor | None = None
 
     @property
     def name(self) -> str:
-        return f"powersgd-r{self.rank}"
+        return f"powersgd-r{self.rank}" + ("-batched" if self.batched else "")
 
     def _repr_args(self):
-        return {"rank": self.rank, "warm_start": self.warm_start}
+        return {"rank": self.rank, "warm_start": self.warm_start, **({"batched": True} if self.batched else {})}
 
     @staticmethod
     def as_matrix(t: torch.Tensor) -> torch.Tensor:
@@ -113,8 +127,8 @@ class PowerSGD(Compressor):
     def load_state_dict(self, state):
         super().load_state_dict(state)
         q = state.get("q")
-        if q is not None and (not isinstance(q, torch.Tensor) or q.dim() != 2 or q.shape[1] != self.rank):
-            raise ValueError(f"the saved warm start must be a matrix of {self.rank} columns "
+        if q is not None and (not isinstance(q, torch.Tensor) or q.dim() != 2 or not 1 <= q.shape[1] <= self.rank):
+            raise ValueError(f"the saved warm start must be a matrix of at most {self.rank} columns "
                              f"(this PowerSGD's rank), got {q!r:.60}")
         self.q = None if q is None else q.clone()
 

@@ -30,6 +30,8 @@ MILKTEA = {
     "sign": ("Sign+EF", lambda r, k: Sign(), True),
     "topk-int8": ("Top-{pct}+int8+EF", lambda r, k: Chain(TopK(r), Quantize(8)), True),
     "powersgd": ("PowerSGD r{rank}+EF", lambda r, k: PowerSGD(k), True),
+    # one square matrix per bucket, as PyTorch's batched_powerSGD_hook
+    "powersgd-batched": ("PowerSGD r{rank} batched+EF", lambda r, k: PowerSGD(k, batched=True), True),
     "randomk": ("Random-{pct}+EF", lambda r, k: RandomK(r), True),
     "qsgd": ("QSGD-4", lambda r, k: QSGD(4), False),
     "terngrad": ("TernGrad", lambda r, k: TernGrad(), False),
@@ -43,7 +45,8 @@ MILKTEA = {
 }
 MOMENTUM_CORRECTED = ("topk-mc", "sign-mc")
 # the labels as tables show them (milktea.tables.word looks them up with their numbers as {})
-_LABELS = (N_("approx Top-{}%+EF, momentum corrected"), N_("Sign+EF, momentum corrected"))
+_LABELS = (N_("approx Top-{}%+EF, momentum corrected"), N_("Sign+EF, momentum corrected"),
+           N_("PowerSGD r{} batched+EF"))
 TORCH = {
     "torch-fp16": "PyTorch fp16_compress_hook",
     "torch-bf16": "PyTorch bf16_compress_hook",
@@ -53,7 +56,7 @@ TORCH = {
 BUILTIN = tuple(MILKTEA)
 SCHEMES = tuple(MILKTEA) + tuple(TORCH)
 COMPARE_DEFAULT = ("dense", "torch-fp16", "torch-bf16", "torch-powersgd", "torch-batched-powersgd",
-                   "topk", "topk-approx", "int8", "sign", "topk-int8", "powersgd", "auto")
+                   "topk", "topk-approx", "int8", "sign", "topk-int8", "powersgd", "powersgd-batched", "auto")
 
 
 class _Copies:

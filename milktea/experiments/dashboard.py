@@ -33,7 +33,7 @@ COMPLEXITY = {
     "int8": (2, N_("chunk size")), "int4": (2, N_("chunk size, stochastic rounding")), "qsgd": (2, N_("levels")),
     "terngrad": (2, N_("nothing")),
     "torch-powersgd": (3, N_("rank, warm-up")), "torch-batched-powersgd": (3, N_("rank, warm-up")),
-    "powersgd": (3, N_("rank, error feedback")),
+    "powersgd": (3, N_("rank, error feedback")), "powersgd-batched": (3, N_("rank, error feedback")),
     "topk": (4, N_("ratio, error feedback, warm-up")), "topk-approx": (4, N_("ratio, error feedback, warm-up")),
     "topk-int8": (4, N_("ratio, error feedback, warm-up")), "randomk": (4, N_("ratio, error feedback")),
     "sign": (4, N_("error feedback, learning rate")), "auto": (4, N_("a calibrated link model")),

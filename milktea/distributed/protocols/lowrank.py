@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import time
 
 import torch
@@ -108,4 +109,97 @@ class LowRank(Protocol):
         return time.perf_counter() - t0, cost.ring_allreduce_time(pb, N, link) + cost.ring_allreduce_time(qb, N, link)
 
 
+class BatchedLowRank(LowRank):
+    """PowerSGD over a whole bucket at once (``PowerSGD(rank, batched=True)``), as PyTorch's
+    batched_powerSGD_hook: every item of the bucket (any shape, biases too) is flattened,
+    concatenated and zero-padded into one n x n matrix M, n = ceil(sqrt(numel)); then the
+    same two all-reduces as `LowRank`, of one P (n x r) and one Q (n x r). The warm start
+    and the ledger (n x n, float32, padding included) belong to the bucket: they are kept
+    under the bucket's parameter names joined by "|", so a saved state comes back into the
+    same buckets (another bucketing starts its buckets afresh).
+    """
+    CHUNK = 1 << 22     # decode this many entries at a time (a bounded temporary)
+
+    def accepts(self, shape):
+        return True
+
+    @staticmethod
+    def side(numel: int) -> int:
+        """The side of the square matrix that holds `numel` entries: ceil(sqrt(numel))."""
+        n = math.isqrt(numel)
+        return n if n * n == numel else n + 1
+
+    def _run(self, comm, items, step):
+        t0 = time.perf_counter()
+        key = "|".join(it.name for it in items)
+        flats = [it.tensor.view(-1) for it in items]
+        n = self.side(sum(v.numel() for v in flats))
+        c = self.coder(key)
+        if self.error_feedback:    # the ledger is the matrix: ledger += gradients
+            led = self.ledger(key)
+            if led.residual is None:
+                led.residual = torch.zeros(n * n, device=flats[0].device)
+            flat = led.residual
+        else:
+            flat = torch.zeros(n * n, device=flats[0].device)
+        off = 0
+        for v in flats:
+            flat[off: off + v.numel()].add_(v)
+            off += v.numel()
+        m = flat.view(n, n)
+        r = c._rank_for(m)
+        P = torch.empty(n * r, device=m.device)
+        p = c.project(m, out=P.view(n, r))
+        log(comm, step, compress_s=time.perf_counter() - t0)
+        log(comm, step, payload_bytes=P.numel() * P.element_size())
+        comm.all_reduce(P, step)
+        t0 = time.perf_counter()
+        Q = torch.empty(r * n, device=m.device)
+        qt = Q.view(r, n)
+        c.finish(m, p, out=qt)
+        if self.error_feedback:
+            m.addmm_(p, qt, alpha=-1)
+        log(comm, step, compress_s=time.perf_counter() - t0)
+        log(comm, step, payload_bytes=Q.numel() * Q.element_size())
+        comm.all_reduce(Q, step)
+        t0 = time.perf_counter()
+        Q.div_(self.world)
+        if c.warm_start:
+            c.q = qt.t()
+        self._scatter(p, qt, flats, n)
+        log(comm, step, decode_s=time.perf_counter() - t0)
+        if trace.ENABLED:
+            trace.begin(key, flat, c)
+            trace.note(step=f"{len(items)} tensors as one {n}x{n} matrix, P and Q of rank {r}, float32")
+            trace.end(nbytes=4 * (P.numel() + Q.numel()))
+
+    def _scatter(self, p, qt, flats, n):
+        """P Q^T into the items, a few rows at a time (no full-size temporary)."""
+        rows = max(1, self.CHUNK // n)
+        buf = torch.empty(min(rows, n) * n, device=p.device)
+        for r0 in range(0, n, rows):
+            r1 = min(n, r0 + rows)
+            chunk = torch.mm(p[r0:r1], qt, out=buf[: (r1 - r0) * n].view(r1 - r0, n)).view(-1)
+            lo, hi, off = r0 * n, r1 * n, 0
+            for v in flats:
+                a, b = max(lo, off), min(hi, off + v.numel())
+                if a < b:
+                    v[a - off: b - off].copy_(chunk[a - lo: b - lo])
+                off += v.numel()
+
+    def probe(self, tensors, link):
+        c = copy.deepcopy(self.compressor)
+        n = self.side(sum(t.numel() for t in tensors))
+        m = torch.zeros(n * n)
+        torch.cat([t.reshape(-1).float() for t in tensors], out=m[: sum(t.numel() for t in tensors)])
+        t0 = time.perf_counter()
+        m = m.view(n, n)
+        p = c.project(m)
+        q = c.finish(m, p)
+        c.expand(p, q)
+        nbytes = 4 * (p.numel() + q.numel())
+        return time.perf_counter() - t0, 2 * cost.ring_allreduce_time(nbytes // 2, self.world, link)
+
+
 register("lowrank", LowRank)
+register("lowrank-batched", BatchedLowRank)
