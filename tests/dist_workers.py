@@ -1,4 +1,5 @@
 """Functions that the distributed tests run inside worker processes (must be importable)."""
+import math
 import os
 import time
 
@@ -114,8 +115,12 @@ def hooks_vs_reference(specs, steps=4, bucket_cap_mb=0.004, network="mlp"):
                 dense_errs.append(derr)
                 continue
             for plan in state.plans.values():
+                if isinstance(comp, PowerSGD) and comp.batched:   # the bucket's compressed tensors as one matrix
+                    err = max(err, _batched_error(plan, local, got, comp, ps_state, ef, N))
                 for s in plan.segments:
                     every = _all_gather(local[s.name])
+                    if s.compress and isinstance(comp, PowerSGD) and comp.batched:
+                        continue
                     if not s.compress:
                         g = torch.stack(every).mean(0)
                         derr = max(derr, (g - got[s.name]).abs().max().item())
@@ -145,6 +150,32 @@ def hooks_vs_reference(specs, steps=4, bucket_cap_mb=0.004, network="mlp"):
                       "buckets": len(state.plans), "scale": max(g.abs().max().item() for g in got.values()),
                       "dense_segments": sum(not s.compress for p in state.plans.values() for s in p.segments)}
         state.close()
+    return out
+
+
+def _batched_error(plan, local, got, comp, ps_state, ef, N):
+    """Batched PowerSGD's reference for one bucket: its compressed tensors, in bucket order,
+    flattened into one zero-padded n x n matrix per rank, through the float64 algorithm."""
+    segs = [s for s in plan.segments if s.compress]
+    if not segs:
+        return 0.0
+    key, numel = "|".join(s.name for s in segs), sum(s.numel for s in segs)
+    n = math.isqrt(numel - 1) + 1
+    mats = []
+    for r_flat in zip(*[_all_gather(local[s.name].reshape(-1)) for s in segs]):
+        flat = torch.zeros(n * n, dtype=torch.float64)
+        flat[:numel] = torch.cat(r_flat).double()
+        mats.append(flat.view(n, n))
+    Q, res = ps_state.get(key, (None, [None] * N))
+    if Q is None:
+        Q = torch.randn(n, min(comp.rank, n), generator=torch.Generator().manual_seed(comp.seed)).double()
+    approx, Qn, res2 = _powersgd_reference(mats, Q, res if ef else [None] * N, comp.rank, N)
+    ps_state[key] = (Qn if comp.warm_start else None, res2 if ef else [None] * N)
+    out, off = 0.0, 0
+    for s in segs:
+        want = approx.reshape(-1)[off: off + s.numel].reshape(s.shape).float()
+        out = max(out, (want - got[s.name]).abs().max().item())
+        off += s.numel
     return out
 
 

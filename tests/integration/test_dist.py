@@ -83,6 +83,7 @@ SPECS = [
     ("topk-int8", Chain(TopK(0.1), Quantize(8)), True, 0), ("fp16", Cast(torch.float16), False, 0),
     ("bf16", Cast(torch.bfloat16), True, 0), ("identity", Identity(), False, 0),
     ("powersgd", PowerSGD(2), True, 0), ("powersgd-cold", PowerSGD(2, warm_start=False), False, 0),
+    ("powersgd-batched", PowerSGD(2, batched=True), True, 0),   # biases too, in each bucket's one matrix
     ("topk-mixed", TopK(0.1), True, 100),   # biases (< 100 elements) stay dense
 ]
 EXACT = {"topk", "topk-approx", "randomk", "int8", "int4-stochastic", "qsgd", "terngrad", "sign",
@@ -112,6 +113,8 @@ def test_hook_average_equals_single_process_aggregation(workers, ranks):
             assert max(errs) <= 1e-5 * scale, (label, errs, scale)
     assert out["topk-mixed"]["dense_segments"] > 0 and out["topk-approx"]["dense_segments"] == 0
     assert out["topk-approx"]["ratio"] > 5 and out["sign"]["ratio"] > 25 and out["bf16"]["ratio"] == 2.0
+    if workers == 2:     # one P and one Q per bucket: fewer bytes than a P and a Q per matrix
+        assert out["powersgd-batched"]["ratio"] > out["powersgd"]["ratio"]
 
 
 def test_hook_state_round_trip(ranks):
