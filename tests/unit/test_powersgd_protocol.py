@@ -162,3 +162,15 @@ def test_batched_is_an_option_of_powersgd():
         PowerSGD(4, batched="yes")
     with pytest.raises(ValueError, match="rank must be >= 1"):
         PowerSGD(0, batched=True)
+
+
+def test_probe_prices_one_p_and_one_q_per_bucket():
+    from milktea import cost
+    link = cost.Link.gbit(1)
+    tensors = [torch.randn(SHAPES[n]) for n in SHAPES]
+    numel = sum(t.numel() for t in tensors)
+    n = BatchedLowRank.side(numel)
+    codec_s, comm_s = BatchedLowRank(PowerSGD(2, batched=True), world=2).probe(tensors, link)
+    assert codec_s > 0 and comm_s == pytest.approx(2 * cost.ring_allreduce_time(4 * n * 2, 2, link))
+    per_matrix = LowRank(PowerSGD(2), world=2).probe([t for t in tensors if t.dim() > 1], link)
+    assert per_matrix[0] > 0 and per_matrix[1] > 0
