@@ -174,3 +174,21 @@ def test_probe_prices_one_p_and_one_q_per_bucket():
     assert codec_s > 0 and comm_s == pytest.approx(2 * cost.ring_allreduce_time(4 * n * 2, 2, link))
     per_matrix = LowRank(PowerSGD(2), world=2).probe([t for t in tensors if t.dim() > 1], link)
     assert per_matrix[0] > 0 and per_matrix[1] > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("batched", [False, True])
+def test_half_precision_buckets_keep_a_float32_ledger(dtype, batched):
+    names = ["fc1.weight", "fc2.weight"]
+    cls = BatchedLowRank if batched else LowRank
+    half, full = (cls(PowerSGD(2, batched=batched), error_feedback=True, world=1) for _ in range(2))
+    comm = Group(1).comm(0)
+    for s in range(3):
+        g = grads(s, 0, names)
+        gh = {n: t.to(dtype) for n, t in g.items()}
+        half.run(comm, [Item(n, gh[n]) for n in names], s)
+        full.run(comm, [Item(n, g[n]) for n in names], s)
+        for n in names:
+            assert gh[n].dtype == dtype
+            assert torch.allclose(gh[n].float(), g[n], atol=0.05, rtol=0.05), (s, n)
+    assert all(led.residual.dtype == torch.float32 for led in half.ledgers.values())

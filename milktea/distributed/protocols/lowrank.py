@@ -138,6 +138,10 @@ class BatchedLowRank(LowRank):
     and the ledger (n x n, float32, padding included) belong to the bucket: they are kept
     under the bucket's parameter names joined by "|", so a saved state comes back into the
     same buckets (another bucketing starts its buckets afresh).
+
+    >>> from milktea import PowerSGD
+    >>> BatchedLowRank.side(10), BatchedLowRank(PowerSGD(4, batched=True)).accepts((7,))   # biases join
+    (4, True)
     """
     CHUNK = CHUNK       # decode this many entries at a time (a small temporary, in cache)
 
