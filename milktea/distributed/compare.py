@@ -63,15 +63,37 @@ def _error(name, base, e) -> dict:
                      f"{last.filename.split('site-packages/')[-1]}:{last.lineno})"}
 
 
+#: Bytes per parameter one scheme's model holds in one rank while the schemes step in turns:
+#: weights, gradient buckets, ledger, packets, decode and PowerSGD temporaries. Measured on
+#: the 25M-parameter bench model: up to 44 (4 bytes a copy was once assumed, and twelve
+#: schemes in turns outgrew a 24 GB machine).
+BYTES_PER_PARAM = 48
+
+
+def footprint(n_schemes: int, params: int, workers: int) -> int:
+    """Bytes that stepping `n_schemes` in turns holds, on all local workers together.
+
+    >>> footprint(12, 25_000_000, 2) / 1e9    # the distributed bench's 25M-parameter model
+    28.8
+    """
+    return n_schemes * params * BYTES_PER_PARAM * workers
+
+
 def fits_in_memory(n_schemes: int, params: int, workers: int) -> bool:
-    """Whether every scheme's model (weights, gradients, ledger, temporaries: ~4 copies)
-    fits in half the memory available now, on all local workers together."""
+    """Whether every scheme's model, and one more for headroom, fits in half the memory
+    available now (4 GB where that is unknown)."""
+    avail = _available()
+    if avail is None:
+        return footprint(n_schemes, params, workers) < 4e9
+    return footprint(n_schemes + 1, params, workers) < 0.5 * avail
+
+
+def _available() -> int | None:
     try:
         with open("/proc/meminfo") as f:
-            avail = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable"))
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable"))
     except (OSError, StopIteration):
-        return n_schemes * params * 16 * workers < 4e9
-    return (n_schemes + 1) * params * 16 * workers < 0.5 * avail
+        return None
 
 
 def _worker(cfg: dict, names: list[str], calibrate_sizes, interleave: bool, extra: dict | None = None):
