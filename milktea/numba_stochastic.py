@@ -40,18 +40,26 @@ def mix(key, j):
 
 
 @njit(inline="always")
-def uniform(key, j):
-    """The float32 uniform in [0, 1) of entry j: the top 24 bits of mix(key, j)."""
-    return np.float32(mix(key, j) >> np.uint64(40)) * UNIT
+def halves(z):
+    """The two uniforms one 64-bit draw gives: its top 24 bits, and bits 8 to 31."""
+    return (np.float32(z >> np.uint64(40)) * UNIT,
+            np.float32((z >> np.uint64(8)) & np.uint64(0xFFFFFF)) * UNIT)
 
 
 @njit(inline="always")
-def code_of(x, div, kind, s, key, j):
+def uniform(key, j):
+    """The float32 uniform in [0, 1) of entry j: a half of mix(key, j // 2) (the top half
+    for even j): one hash serves two entries."""
+    z = mix(key, j >> 1)
+    return np.float32((z >> np.uint64(40 - 32 * (j & 1))) & np.uint64(0xFFFFFF)) * UNIT
+
+
+@njit(inline="always")
+def code_of(x, div, kind, s, u):
     """The code of entry j (value x): QSGD/TernGrad levels s + sign(x) * level, level in
     [0, s]; stochastic Quantize floor(x / div + s + 1 + u) in [1, 2s + 1] (s = qmax).
     Branch-free, so LLVM vectorizes the loops; a cast truncates, which is floor for the
     levels (t >= 0) and differs from it only below 1, where both clamp to 1."""
-    u = uniform(key, j)
     if kind == ABSMAX:
         y = x / div
         y = y + np.float32(s + 1)
@@ -133,26 +141,28 @@ def encode_piece(x, st, e, div, kind, s, key, bits, out):
     xs = x[st:e]
     if bits == 8:
         for i in range(e - st):
-            ob[i] = code_of(xs[i], div, kind, s, key, st + i)
+            ob[i] = code_of(xs[i], div, kind, s, uniform(key, st + i))
         return
     per = 8 // bits
     whole = (e - st) // per
+    pair = st >> 1                        # st is even here: a byte holds whole pairs
     if bits == 4:
         for b in range(whole):
-            ob[b] = code_of(xs[2 * b], div, kind, s, key, st + 2 * b) | \
-                (code_of(xs[2 * b + 1], div, kind, s, key, st + 2 * b + 1) << np.uint8(4))
+            u0, u1 = halves(mix(key, pair + b))
+            ob[b] = code_of(xs[2 * b], div, kind, s, u0) | (code_of(xs[2 * b + 1], div, kind, s, u1) << np.uint8(4))
     else:
         for b in range(whole):
+            u0, u1 = halves(mix(key, pair + 2 * b))
+            u2, u3 = halves(mix(key, pair + 2 * b + 1))
             j = 4 * b
-            ob[b] = code_of(xs[j], div, kind, s, key, st + j) | \
-                (code_of(xs[j + 1], div, kind, s, key, st + j + 1) << np.uint8(2)) | \
-                (code_of(xs[j + 2], div, kind, s, key, st + j + 2) << np.uint8(4)) | \
-                (code_of(xs[j + 3], div, kind, s, key, st + j + 3) << np.uint8(6))
+            ob[b] = code_of(xs[j], div, kind, s, u0) | (code_of(xs[j + 1], div, kind, s, u1) << np.uint8(2)) | \
+                (code_of(xs[j + 2], div, kind, s, u2) << np.uint8(4)) | \
+                (code_of(xs[j + 3], div, kind, s, u3) << np.uint8(6))
     if whole < ob.size:                   # a last, partly filled byte
         v = np.uint8(0)
         for t in range(e - st - whole * per):
             j = whole * per + t
-            v |= code_of(xs[j], div, kind, s, key, st + j) << np.uint8(bits * t)
+            v |= code_of(xs[j], div, kind, s, uniform(key, st + j)) << np.uint8(bits * t)
         ob[whole] = v
 
 

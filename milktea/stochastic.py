@@ -2,8 +2,8 @@
 TernGrad and stochastic Quantize, in two versions that give the same bits.
 
 Each call draws one 62-bit key from the compressor's torch.Generator (so a saved
-generator state still resumes a run exactly); entry j's uniform is then a hash of
-(key, j): SplitMix64's output function, 24 bits of it as a float32 in [0, 1). A hash,
+generator state still resumes a run exactly); entry j's uniform is then 24 bits of a
+hash of (key, j // 2): SplitMix64's output function, whose 64 bits serve two entries. A hash,
 unlike a generator's stream, can be computed for every entry at once and in any order:
 the compiled loop (milktea.numba_stochastic) draws, rounds and packs in one parallel pass
 over the gradient, where torch.rand alone costs more than ten copies of it (Mersenne
@@ -59,9 +59,13 @@ def mix(key: int, n: int, start: int = 0, device=None) -> torch.Tensor:
 
 
 def uniforms(key: int, n: int, start: int = 0, device=None) -> torch.Tensor:
-    """float32 uniforms in [0, 1) of entries start .. start + n - 1 under `key`: the top
-    24 bits of mix."""
-    return _lsr(mix(key, n, start, device), 40).float().mul_(2.0 ** -24)
+    """float32 uniforms in [0, 1) of entries start .. start + n - 1 under `key`: entry j
+    takes a half of mix(key, j // 2), its top 24 bits for even j, bits 8 to 31 for odd j
+    (one hash serves two entries)."""
+    first = start >> 1
+    z = mix(key, ((start + n + 1) >> 1) - first, first, device)
+    pairs = torch.stack([_lsr(z, 40), _lsr(z, 8) & 0xFFFFFF], dim=1).view(-1)
+    return pairs[start & 1: (start & 1) + n].float().mul_(2.0 ** -24)
 
 
 def random_positions(n: int, k: int, key: int) -> torch.Tensor:

@@ -12,17 +12,19 @@ from test_numerics import _both_paths, _gradients
 
 
 def _splitmix_reference(key: int, start: int, n: int) -> np.ndarray:
-    """SplitMix64's output for states key + (j+1) * golden, in numpy's wrapping uint64."""
-    j = np.arange(start + 1, start + n + 1, dtype=np.uint64)
+    """Entry j's uniform: 24 bits of SplitMix64's output for the state key + (j//2 + 1) *
+    golden (the top ones for even j, bits 8-31 for odd j), in numpy's wrapping uint64."""
+    j = np.arange(start, start + n, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        z = np.uint64(key) + j * np.uint64(0x9E3779B97F4A7C15)
+        z = np.uint64(key) + (j // np.uint64(2) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(40)).astype(np.float32) * np.float32(2.0 ** -24)
+    shift = np.where(j % np.uint64(2) == 0, np.uint64(40), np.uint64(8))
+    return ((z >> shift) & np.uint64(0xFFFFFF)).astype(np.float32) * np.float32(2.0 ** -24)
 
 
-@pytest.mark.parametrize("key, start", [(0, 0), (123456789, 0), ((1 << 62) - 1, 10 ** 12)])
+@pytest.mark.parametrize("key, start", [(0, 0), (123456789, 0), (5, 7), ((1 << 62) - 1, 10 ** 12 + 1)])
 def test_torch_uniforms_are_splitmix64(key, start):
     # int64 tensor products must wrap as uint64 ones do; a build where they did not fails here
     assert np.array_equal(stochastic.uniforms(key, 5000, start).numpy(), _splitmix_reference(key, start, 5000))
