@@ -26,7 +26,7 @@ import warnings
 import numpy as np
 import torch
 
-from . import buffers
+from . import arena
 import milktea.threads  # noqa: F401  (sizes this rank's pools before numba, loaded later, starts its own)
 
 NUMBA_MIN_NUMEL = 1 << 16   # below this, JIT start-up costs more than it saves
@@ -115,7 +115,7 @@ def quantize(x: torch.Tensor, chunk: int, qmax: int, out_codes: torch.Tensor | N
     """
     n = x.numel()
     nch = (n + chunk - 1) // chunk
-    codes = out_codes if out_codes is not None else buffers.empty(n, torch.uint8, x.device)
+    codes = out_codes if out_codes is not None else arena.empty(n, x.device)
     scales = torch.empty(nch, dtype=torch.float32, device=x.device)
     nb = jit(x)
     if nb is not None:
@@ -166,7 +166,7 @@ def sign_pack_l1(x: torch.Tensor) -> tuple[torch.Tensor, float]:
     n = x.numel()
     nb = jit(x)
     if nb is not None:
-        out = buffers.empty((n + 7) // 8, torch.uint8)
+        out = arena.empty((n + 7) // 8)
         partial = np.empty((n + BLOCK - 1) // BLOCK, dtype=np.float64)
         nb.sign_pack(_np(x), _np(out), partial)
         return out, float(partial.sum())
@@ -183,7 +183,7 @@ def add_sign_pack_l1(x: torch.Tensor, add: torch.Tensor) -> tuple[torch.Tensor, 
     if nb is None:
         return None
     n = x.numel()
-    out = buffers.empty((n + 7) // 8, torch.uint8)
+    out = arena.empty((n + 7) // 8)
     partial = np.empty((n + BLOCK - 1) // BLOCK, dtype=np.float64)
     bad = np.zeros(partial.size, dtype=np.uint8)
     nb.add_sign_pack(_np(x), _np(add.reshape(-1)), _np(out), partial, bad)
@@ -342,7 +342,7 @@ def quantize_packed(x: torch.Tensor, chunk: int, bits: int) -> tuple[torch.Tenso
     nb = jit(x) if bits < 8 and ((chunk * bits) % 8 == 0 or chunk >= x.numel()) else None
     if nb is not None:
         n = x.numel()
-        out = buffers.empty((n * bits + 7) // 8, torch.uint8)
+        out = arena.empty((n * bits + 7) // 8)
         scales = torch.empty((n + chunk - 1) // chunk, dtype=torch.float32)
         nb.quantize_packed(_np(x), chunk, qmax, np.float32(scale_cap(qmax)), bits, _np(out), _np(scales))
         return out, scales

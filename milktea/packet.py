@@ -19,6 +19,7 @@ against the bytes present before it allocates anything.
 """
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 import torch
 
@@ -255,6 +256,36 @@ class Packet:
         """The packet as one uint8 tensor on the packet's device (for collectives)."""
         head = torch.frombuffer(bytearray(self.header()), dtype=torch.uint8).to(self.device)
         return torch.cat([head, *self.parts])
+
+    def write_into(self, dest: torch.Tensor) -> torch.Tensor:
+        """Write the packet's bytes (what `to_tensor` returns) into the uint8 tensor `dest`
+        (1-D, contiguous, `nbytes` long) and return it. A part may already lie in the
+        same buffer further on (carved there by `milktea.arena`): it is moved down in
+        place, with no copy of the whole packet; any part whose bytes a write would
+        overrun is set aside first. The packet's parts are not to be read afterwards."""
+        if dest.dtype != torch.uint8 or dest.dim() != 1 or dest.numel() != self.nbytes or not dest.is_contiguous():
+            raise ValueError(f"write_into needs a contiguous 1-D uint8 tensor of {self.nbytes} bytes, "
+                             f"got {dest.dtype} of shape {tuple(dest.shape)}")
+        head = self.header()
+        start, at, parts = dest.data_ptr(), dest.data_ptr() + len(head), []
+        for p in self.parts:
+            p = p.reshape(-1)
+            src = p.data_ptr() if p.device == dest.device else None
+            if src is not None and src < at and src + p.numel() > start and src != at:
+                p = p.clone()        # lies where an earlier write lands: keep its bytes
+            parts.append(p)
+            at += p.numel()
+        dest[: len(head)].copy_(torch.frombuffer(bytearray(head), dtype=torch.uint8))
+        off = len(head)
+        for p in parts:
+            n = p.numel()
+            if dest.device.type == "cpu" and p.device.type == "cpu" and p.is_contiguous():
+                if p.data_ptr() != start + off:
+                    ctypes.memmove(start + off, p.data_ptr(), n)    # overlap-safe, no temporary
+            else:
+                dest[off: off + n].copy_(p)
+            off += n
+        return dest
 
     def to_bytes(self) -> bytes:
         return self.to_tensor().cpu().numpy().tobytes()

@@ -38,6 +38,10 @@ class Comm:
         self.group, self.link, self.log = group, link, log
         self.world = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
+        self._global = dist.get_process_group_ranks(group) if group is not None else list(range(self.world))
+        self._send: torch.Tensor | None = None          # all_gather_bytes's buffers, kept
+        self._recv: dict[int, torch.Tensor | None] = {}
+        self._device = torch.device("cpu")
 
     def _finish(self, step, issued, work, kind, nbytes, wire) -> None:
         predicted = self.link.predict(kind, nbytes, self.world) if self.link is not None else 0.0
@@ -57,25 +61,77 @@ class Comm:
         self._finish(step, issued, work, "allreduce", nbytes, allreduce_wire_bytes(nbytes, self.world))
         return tensor
 
+    def send_buffer(self, nbytes: int, keep: int = 0, device=None) -> torch.Tensor:
+        """This rank's send buffer for `all_gather_bytes` (1-D uint8 on `device`, default
+        the last payload's; kept between calls), at least `nbytes` long: a payload written
+        at its start is sent without a copy. When it must grow, its first `keep` bytes
+        move to the new one, which gets 1/32 to spare past the first time (a Top-K
+        payload varies a little from step to step)."""
+        dev = self._device if device is None else torch.device(device)
+        buf = self._send
+        if buf is None or buf.device != dev or buf.numel() < nbytes:
+            fresh = buf is None or buf.device != dev or not buf.numel()
+            new = torch.empty(nbytes if fresh else nbytes + nbytes // 32, dtype=torch.uint8, device=dev)
+            if keep and not fresh:
+                new[:keep].copy_(buf[:keep])
+            self._send, self._device = new, dev
+            buf = new
+        return buf
+
+    def _recv_buffer(self, r: int, nbytes: int) -> torch.Tensor:
+        buf = self._recv.get(r)
+        if buf is not None and buf.device != self._device:
+            buf = self._recv[r] = None
+        if buf is None or buf.numel() < nbytes:
+            self._recv[r] = None      # the old one goes before the new one comes
+            buf = self._recv[r] = torch.empty(nbytes if buf is None else nbytes + nbytes // 32,
+                                              dtype=torch.uint8, device=self._device)
+        return buf[:nbytes]
+
     def all_gather_bytes(self, payload: torch.Tensor, step: int = 0) -> list[torch.Tensor]:
-        """Every rank's uint8 `payload` (sizes may differ), in rank order."""
+        """Every rank's uint8 `payload` (sizes may differ), in rank order.
+
+        The result is views into buffers this Comm keeps and reuses: read them before the
+        next call. On CPU (gloo) each rank's bytes are one in-place broadcast from that
+        rank into a buffer kept per rank, so a step allocates nothing of the payload's
+        size (gloo's all-gather would copy every rank's bytes into a temporary as large
+        as all of them, and the padded send and receive buffers would be new each step);
+        on GPU, one all-gather of the padded payloads. Counted as one all-gather."""
         if payload.dtype != torch.uint8 or payload.dim() != 1:
             raise TypeError(f"payload must be a 1-D uint8 tensor, got {payload.dtype} of shape {tuple(payload.shape)}")
         dev = payload.device
+        n = payload.numel()
+        if self._send is None or self._send.device != dev or payload.data_ptr() != self._send.data_ptr():
+            self.send_buffer(n, device=dev)[:n].copy_(payload)          # else: written in place already
         issued = time.perf_counter()
-        size = torch.tensor([payload.numel()], dtype=torch.int64, device=dev)
+        size = torch.tensor([n], dtype=torch.int64, device=dev)
         sizes = torch.empty(self.world, dtype=torch.int64, device=dev)
         work = _all_gather_flat(sizes, size, group=self.group, async_op=True)
         self._finish(step, issued, work, "allgather", 8, allgather_wire_bytes(8, self.world))
         sizes = sizes.tolist()
         width = max(sizes)
-        if payload.numel() == width:
-            send = payload
-        else:
-            send = torch.zeros(width, dtype=torch.uint8, device=dev)
-            send[: payload.numel()] = payload
-        out = torch.empty(self.world * width, dtype=torch.uint8, device=dev)
         issued = time.perf_counter()
+        if dev.type == "cpu":
+            parts = [self._send[:n] if r == self.rank else self._recv_buffer(r, m) for r, m in enumerate(sizes)]
+            works = [dist.broadcast(p, src=self._global[r], group=self.group, async_op=True)
+                     for r, p in enumerate(parts) if p.numel()]
+            self._finish(step, issued, _AllOf(works), "allgather", width, allgather_wire_bytes(width, self.world))
+            return parts
+        send = self.send_buffer(width, keep=n, device=dev)[:width]
+        send[n:].zero_()
+        out = self._recv_buffer(-1, self.world * width)
         work = _all_gather_flat(out, send, group=self.group, async_op=True)
         self._finish(step, issued, work, "allgather", width, allgather_wire_bytes(width, self.world))
-        return [out[r * width: r * width + n] for r, n in enumerate(sizes)]
+        return [out[r * width: r * width + m] for r, m in enumerate(sizes)]
+
+
+class _AllOf:
+    """Several collectives waited for as one."""
+
+    def __init__(self, works):
+        self.works = works
+
+    def wait(self):
+        for w in self.works:
+            w.wait()
+        return True

@@ -6,10 +6,13 @@ import time
 
 import torch
 
-from milktea import cost, trace
+from milktea import arena, cost, trace
 from milktea.packet import Packet
 
 from .base import Protocol, log, register
+
+#: Bytes left before the room lent for a packet's parts: its header goes there (a few dozen)
+HEAD_ROOM = 256
 
 
 class AllGather(Protocol):
@@ -29,34 +32,48 @@ class AllGather(Protocol):
     def run(self, comm, items, step):
         with trace.bucket("allgather", step, self.rank):
             t0 = time.perf_counter()
-            payload, cleared = self.encode(items)
+            payload, cleared = self.encode(items, comm)
             log(comm, step, compress_s=time.perf_counter() - t0, payload_bytes=payload.numel())
             parts = comm.all_gather_bytes(payload, step)
             t0 = time.perf_counter()
             self.decode(items, parts, cleared)
             log(comm, step, decode_s=time.perf_counter() - t0)
 
-    def encode(self, items) -> tuple[torch.Tensor, set]:
+    def encode(self, items, comm=None) -> tuple[torch.Tensor, set]:
         """This rank's packets for the items, end to end as one byte string; and the names
-        of the items whose gradient was zeroed on its way into the ledger."""
-        wire, cleared = [], set()
+        of the items whose gradient was zeroed on its way into the ledger.
+
+        With a `comm` that keeps one, the string is written into the send buffer it keeps (`Comm.send_buffer`),
+        and a compressor's large byte parts are carved from that buffer's free room
+        (`milktea.arena`), then moved into place: a step allocates no copy of a packet."""
+        dev = items[0].tensor.device
+        send_buffer = getattr(comm, "send_buffer", None)      # a Comm's; a stand-in may have none
+        buf = send_buffer(0, device=dev) if send_buffer is not None else None
+        wire, cleared, end = [], set(), 0
         for it in items:
             c = self.coder(it.name)
             if trace.ENABLED:
                 trace.begin(it.name, it.tensor, c)
-            if self.error_feedback and it.used:   # ledger += gradient, sent, crossed out
-                # "clears_gradient": the gradient is zeroed as it enters the ledger, and the
-                # mean of the packets lands on those zeros (one pass over the bucket less)
-                clear = "clears_gradient" in c.fast_paths
-                packet = self.ledger(it.name).step(c, it.tensor, clear_grad=clear)
-                if clear:
-                    cleared.add(it.name)
-            else:   # no ledger, or no gradient here: the ledger waits, a zero gradient is sent
-                packet = c.compress(it.tensor)
+            room = buf[end + HEAD_ROOM:] if buf is not None and buf.numel() > end + HEAD_ROOM else None
+            with arena.parts_into(room):
+                if self.error_feedback and it.used:   # ledger += gradient, sent, crossed out
+                    # "clears_gradient": the gradient is zeroed as it enters the ledger, and the
+                    # mean of the packets lands on those zeros (one pass over the bucket less)
+                    clear = "clears_gradient" in c.fast_paths
+                    packet = self.ledger(it.name).step(c, it.tensor, clear_grad=clear)
+                    if clear:
+                        cleared.add(it.name)
+                else:   # no ledger, or no gradient here: the ledger waits, a zero gradient is sent
+                    packet = c.compress(it.tensor)
             if trace.ENABLED:
                 trace.end(packet)
-            wire.append(packet.to_tensor())
-        return torch.cat(wire), cleared
+            if buf is None:
+                wire.append(packet.to_tensor())
+                continue
+            buf = send_buffer(end + packet.nbytes, keep=end, device=dev)
+            packet.write_into(buf[end: end + packet.nbytes])
+            end += packet.nbytes
+        return (buf[:end] if buf is not None else torch.cat(wire)), cleared
 
     def decode(self, items, parts, cleared=frozenset()) -> None:
         """Overwrite each item with the mean of the ranks' packets for it (parts[r]: rank
