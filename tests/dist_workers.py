@@ -560,3 +560,44 @@ def slowest_codec():
         r["compress_s"], r["decode_s"] = 1.0 + rank, 2.0 - rank
     out = run.finish()
     return [(r["step"], r["compress_s"], r["decode_s"]) for r in out["records"]]
+
+
+def protocol_allocations(name, steps=5, n=1 << 22):
+    """The all-gather protocol on these ranks for `steps` steps of one bucket (a weight of
+    `n` entries and a bias), run where the profiler sees it (this thread): per step the
+    largest tensor torch allocated, and the addresses of the Comm's kept buffers; and
+    whether the bucket ends bit for bit as when the packets are concatenated anew."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from milktea import Quantize, Sign, TopK
+    from milktea.distributed import protocols
+    from milktea.distributed.comm import Comm
+
+    def compressor():
+        return {"topk": TopK(0.01), "sign": Sign(), "int8": Quantize(8)}[name]
+
+    class Fresh:      # a communicator with no send buffer: AllGather.encode concatenates
+        def __init__(self, comm):
+            self.comm, self.log, self.world = comm, None, comm.world
+
+        def all_gather_bytes(self, payload, step):
+            return [p.clone() for p in self.comm.all_gather_bytes(payload.clone(), step)]
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    kind = protocols.get(protocols.protocol_of(compressor()))
+    kept, fresh = (kind(compressor(), name != "int8", rank, world) for _ in range(2))
+    comm, other = Comm(None), Fresh(Comm(None))
+    bucket, twin = torch.empty(n + 1000), torch.empty(n + 1000)
+    g = torch.Generator().manual_seed(rank)
+    largest, buffers, same = [], [], True
+    for step in range(steps):
+        bucket.copy_(torch.randn(n + 1000, generator=g))
+        twin.copy_(bucket)
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            kept.run(comm, [protocols.Item("w", bucket[:n].view(1024, -1)),
+                            protocols.Item("b", bucket[n:])], step)
+        largest.append(max([e.self_cpu_memory_usage for e in prof.events()] + [0]))
+        buffers.append([comm._send.data_ptr()] + [b.data_ptr() for b in comm._recv.values()])
+        fresh.run(other, [protocols.Item("w", twin[:n].view(1024, -1)), protocols.Item("b", twin[n:])], step)
+        same = same and torch.equal(bucket, twin)
+    return {"largest": largest, "buffers": buffers, "model_bytes": 4 * (n + 1000), "same": same}
