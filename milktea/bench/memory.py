@@ -1,36 +1,38 @@
 """python -m milktea.bench memory: extra peak memory per rank of each scheme, over plain DDP.
 
-Each scheme runs in fresh worker processes (2 ranks by default) the script a user would
-write: an MLP 64 -> `--hidden` -> 10 (337000: 25.3M parameters, 101 MB of float32), SGD
-with momentum 0.9, a random batch of 32, `DDP(net)` with its default options, the
-scheme's hook (`milktea.distributed.schemes.build`), and its first `--steps` (3) steps.
-In each rank, after the model and the optimizer are built and the scheme's compiled
-kernels loaded, the peak is reset (Linux: `/proc/self/clear_refs`; CUDA: torch's peak
-allocation counter), then DDP, the hook and the steps run. The peak over that baseline,
-minus the same for plain DDP with no hook, is what the scheme costs; it is printed as a
-multiple of the model's size, the slowest rank's figure, beside PyTorch's own hooks and
-the targets.
+Each figure is the training script a user would write (`milktea.bench.memory_script`:
+an MLP 64 -> `--hidden` -> 10, 337000 giving 25.3M parameters, 101 MB of float32;
+`DDP(net)` with its default options; SGD with momentum 0.9; a random batch of 32; the
+first `--steps` steps, 3), run under `torchrun --standalone` on 2 ranks by default, with
+the scheme's hook or none: each rank's peak resident set since it started (VmHWM; on a
+GPU, torch's peak allocation), the rank that needs the most, the median of `--repeat`
+launches. What a scheme costs is its peak minus plain DDP's, as a multiple of the
+model's size.
 
 milktea's compiled kernels (numba, loaded at a compressor's first large tensor) cost a
-fixed amount per process whatever the model: the row "milktea's kernels" is the peak
-that loading them adds in a rank that has done nothing else since the baseline (on
-Linux about 130 MB, two thirds of it shared-library pages that the ranks of one machine
-share), shown against the model's size like the rest. A user's script pays it once, on
-top of the scheme's figure.
+fixed amount per process whatever the model: the row "milktea's kernels" is plain DDP
+that loads the measured schemes' kernels before its steps, over plain DDP (on Linux
+about 130-140 MB, two thirds of it shared-library pages that the ranks of one machine
+share). Each milktea scheme's figure is over that run, the scheme's own cost; the column
+"with kernels" is over plain DDP, what the user's script shows.
 
-Two allocator settings, side by side. "glibc default" is what an unconfigured process
-shows, and the targets are checked there. glibc's malloc raises its mmap threshold each
-time a large block is freed (up to 32 MB), after which blocks of that size come from
-heaps it keeps: a hook that allocated and freed large temporaries every step would show
-them here. "release" starts every rank with MALLOC_MMAP_THRESHOLD_=131072, which pins
-the threshold so that freed blocks go back to the system: what remains is what the
-scheme holds (its ledger, its buffers).
+Two allocator settings. "glibc default" is what an unconfigured process shows, and the
+targets are checked there. glibc's malloc raises its mmap threshold each time a large
+block is freed (up to 32 MB), after which blocks of that size come from heaps it keeps:
+a hook that allocated and freed large temporaries every step would show them here.
+"release" starts every rank with MALLOC_MMAP_THRESHOLD_=131072, which pins the threshold
+so that freed blocks go back to the system.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 from ..tables import text_table
 
@@ -42,115 +44,72 @@ CHECKED = "glibc default"       # the column the targets are checked on
 KERNELS = "kernels"             # the row of milktea's compiled kernels (fixed, per process)
 
 
-def _rss_bytes(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"/proc/self/status has no {field}")
+class ScriptError(RuntimeError):
+    """The measured script failed on some rank."""
 
 
-def _reset_peak(device) -> int:
-    """Reset the peak to what is in use now; return that."""
-    import torch
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        return torch.cuda.memory_allocated(device)
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")   # resets VmHWM (peak resident set) to the current VmRSS
-    return _rss_bytes("VmRSS")
-
-
-def _peak(device) -> int:
-    import torch
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        return torch.cuda.max_memory_allocated(device)
-    return _rss_bytes("VmHWM")
-
-
-def measure_rank(scheme: str | None, hidden: int, steps: int, batch: int = 32) -> dict:
-    """Inside a launched rank: bytes of peak memory over the baseline while `scheme`
-    (None: plain DDP, no hook) trains `steps` steps of a user's script (see the module's
-    docstring); KERNELS: what loading milktea's compiled kernels adds, and no steps."""
-    import torch
-    import torch.distributed as dist
-    from torch import nn
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from milktea.distributed import schemes
-    from milktea.distributed.compare import _warm_up
-    from milktea.distributed.train import TrainConfig, device_for_rank
-    device = device_for_rank()
-    torch.manual_seed(dist.get_rank())
-    net = nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10)).to(device)
-    x, y = torch.randn(batch, 64, device=device), torch.randint(0, 10, (batch,), device=device)
-    params = sum(p.numel() for p in net.parameters())
-    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    hooked = scheme not in (None, KERNELS)
-    if hooked:
-        _warm_up([scheme], TrainConfig())   # the kernels' fixed cost has a row of its own
-    dist.barrier()
-    base = _reset_peak(device)
-    if scheme == KERNELS:     # what loading them adds, before anything else: no step's noise
-        _warm_up(list(schemes.MILKTEA), TrainConfig())
-        return {"extra_bytes": _peak(device) - base, "model_bytes": 4 * params, "params": params,
-                "device": str(device)}
-    model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)   # DDP's defaults
-    handle = schemes.build(scheme, model) if hooked else None
-    for _ in range(steps):
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-    extra = _peak(device) - base
-    if handle is not None:
-        handle.close()
-    return {"extra_bytes": extra, "model_bytes": 4 * params, "params": params, "device": str(device)}
+def measure_script(scheme: str, hidden: int, steps: int, workers: int, env: dict | None = None) -> list[dict]:
+    """Run `milktea.bench.memory_script scheme` under torchrun; each rank's MEMORY record."""
+    root = str(Path(__file__).resolve().parents[2])
+    full = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+    with tempfile.TemporaryDirectory() as where:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={workers}",
+               "-m", "milktea.bench.memory_script", scheme, "--hidden", str(hidden), "--steps", str(steps),
+               "--record", where]
+        p = subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=900)
+        ranks = [json.loads(f.read_text()) for f in sorted(Path(where).glob("rank*.json"))]
+    if p.returncode or len(ranks) != workers:
+        last = [line for line in p.stderr.splitlines() if line.strip()][-1:] or ["no output"]
+        raise ScriptError(f"{scheme}: torchrun exited with {p.returncode}: {last[0][:200]}")
+    return ranks
 
 
 def run(schemes_=SCHEMES, hidden: int = 337_000, steps: int = 3, workers: int = 2,
         allocators=tuple(ALLOCATORS), kernels: bool = True, repeat: int = 3) -> list[dict]:
     """One row per scheme: extra peak bytes over plain DDP under each allocator setting
-    (`over_ddp_x[setting]`, a multiple of the model's size); with `kernels`, first a row
-    for milktea's compiled kernels (a fixed cost per process, see the module's docstring).
-    Each figure is the median of `repeat` launches (of the rank that needs the most in
-    each): when a collective or a freed block lands in a step's peak varies from run to
-    run, by as much as the model's size, for plain DDP too."""
-    import statistics
-    from milktea.distributed import WorkerError, launch
-    from milktea.distributed.schemes import label
+    (`over_ddp_x[setting]`, a multiple of the model's size: for milktea's schemes over
+    plain DDP with their kernels loaded; `with_kernels_x`: over plain DDP); with
+    `kernels`, first a row for milktea's compiled kernels. Each figure is the median of
+    `repeat` launches, of the rank that needs the most in each."""
+    from milktea.distributed.schemes import MILKTEA, label
+    ours = [s for s in schemes_ if s in MILKTEA and MILKTEA[s][1](0.01, 4) is not None]   # they load kernels
 
     def measure(scheme, setting):
-        runs = []
-        for _ in range(repeat):
-            ranks = launch(measure_rank, workers, args=(scheme, hidden, steps), results="all", timeout=900,
-                           env=ALLOCATORS[setting])
-            runs.append(max(ranks, key=lambda r: r["extra_bytes"]))   # the rank that needs the most
-        return {**runs[0], "extra_bytes": statistics.median(r["extra_bytes"] for r in runs),
-                "runs": [r["extra_bytes"] for r in runs]}
+        runs = [max(r["peak_bytes"] for r in measure_script(scheme, hidden, steps, workers, ALLOCATORS[setting]))
+                for _ in range(repeat)]
+        return statistics.median(runs), runs
 
-    plain = {a: measure(None, a) for a in allocators}
-    model_bytes = plain[allocators[0]]["model_bytes"]
-    rows = [{"scheme": "plain DDP", "label": "plain DDP (no hook)", "model_bytes": model_bytes, "steps": steps, "repeat": repeat,
-             "extra_bytes": {a: plain[a]["extra_bytes"] for a in allocators}, "runs": {a: plain[a]["runs"] for a in allocators},
+    plain = {a: measure("plain", a) for a in allocators}
+    base = dict(plain)      # under milktea's schemes: plain DDP with their kernels, once measured
+    rows = [{"scheme": "plain DDP", "label": "plain DDP (no hook)", "steps": steps, "repeat": repeat,
+             "peak_bytes": {a: plain[a][0] for a in allocators}, "runs": {a: plain[a][1] for a in allocators},
              "over_ddp_x": {a: 0.0 for a in allocators}}]
-    names = ((KERNELS,) if kernels else ()) + tuple(schemes_)
+    names = ((KERNELS,) if kernels and ours else ()) + tuple(schemes_)
     for name in names:
         shown = "milktea's kernels (once per process)" if name == KERNELS else label(name)
-        row = {"scheme": name, "label": shown, "model_bytes": model_bytes, "target_x": TARGETS.get(name),
-               "extra_bytes": {}, "over_ddp_x": {}}
+        row = {"scheme": name, "label": shown, "target_x": TARGETS.get(name), "peak_bytes": {}, "runs": {},
+               "over_ddp_x": {}, "with_kernels_x": {}}
         try:
             for a in allocators:
-                r = measure(name, a)
-                row["extra_bytes"][a] = r["extra_bytes"]
-                row.setdefault("runs", {})[a] = r["runs"]
-                over = 0 if name == KERNELS else plain[a]["extra_bytes"]    # the kernels: on their own
-                row["over_ddp_x"][a] = (r["extra_bytes"] - over) / r["model_bytes"]
-        except WorkerError as e:   # one scheme failing does not hide the others' figures
+                peak, runs = measure("kernels:" + ",".join(ours) if name == KERNELS else name, a)
+                if name == KERNELS:
+                    base[a] = (peak, runs)
+                row["peak_bytes"][a], row["runs"][a] = peak, runs
+                under = base[a][0] if name in ours else plain[a][0]
+                row["over_ddp_x"][a] = (peak - under) / _model_bytes(hidden)
+                row["with_kernels_x"][a] = (peak - plain[a][0]) / _model_bytes(hidden)
+        except (ScriptError, subprocess.TimeoutExpired) as e:   # one scheme failing does not hide the others
             row["error"] = str(e).splitlines()[0]
         rows.append(row)
+    for r in rows:
+        r["model_bytes"] = _model_bytes(hidden)
     return rows
+
+
+def _model_bytes(hidden: int) -> int:
+    """float32 bytes of the MLP 64 -> hidden -> 10."""
+    return 4 * (64 * hidden + hidden + hidden * 10 + 10)
 
 
 def table(rows: list[dict], workers: int) -> str:
@@ -162,15 +121,20 @@ def table(rows: list[dict], workers: int) -> str:
     for r in rows:
         t = r.get("target_x")
         row = {"scheme": r["label"], "target": t, **r["over_ddp_x"]}
+        if check in r.get("with_kernels_x", {}) and r["scheme"] != KERNELS:
+            row["with kernels"] = r["with_kernels_x"][check]
         if "error" in r:
             row["error"] = f"not measured: {r['error'][:80]}"
         elif t is not None:
             row["verdict"] = "ok" if r["over_ddp_x"][check] <= t else "MISSED"
         shown.append(row)
-    formats = {a: "{:.2f}x" for a in allocators} | {"target": "<= {:g}x"}
+    cols = [*allocators, "with kernels"]
+    formats = {c: "{:.2f}x" for c in cols} | {"target": "<= {:g}x"}
     return (f"extra peak memory per rank over plain DDP (x the model's {model_mb:.1f} MB of float32), {workers} ranks, "
-            f"the rank that needs the most (median of {rows[0].get('repeat', 1)} launches), first {rows[0].get('steps', 3)} steps; targets checked on \"{check}\"\n"
-            + text_table(shown, ["scheme", *allocators, "target", "verdict"], formats, right=[*allocators, "target"],
+            f"the rank that needs the most (median of {rows[0].get('repeat', 1)} launches), first "
+            f"{rows[0].get('steps', 3)} steps; milktea's schemes over plain DDP with their kernels loaded "
+            f"(\"with kernels\": over plain DDP, {check}); targets checked on \"{check}\"\n"
+            + text_table(shown, ["scheme", *cols, "target", "verdict"], formats, right=[*cols, "target"],
                          note="error"))
 
 

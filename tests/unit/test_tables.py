@@ -87,17 +87,22 @@ def test_comparison_bounds_the_fastest_scheme_by_the_measured_floor():
 def test_memory_table_checks_targets_and_keeps_failed_schemes():
     def row(name, label, x, target=None, **extra):
         return {"scheme": name, "label": label, "model_bytes": 100e6, "target_x": target,
-                "extra_bytes": {}, "over_ddp_x": x, **extra}
+                "peak_bytes": {}, "over_ddp_x": x, **extra}
     rows = [row("plain DDP", "plain DDP (no hook)", {"glibc default": 0.0, "release": 0.0}, steps=3, repeat=3),
-            row("kernels", "milktea's kernels (once per process)", {"glibc default": 1.3, "release": 1.25}),
-            row("topk", "Top-1%+EF", {"glibc default": 1.234, "release": 2.5}, 1.3),
-            row("int8", "int8", {"glibc default": 12.5, "release": 0.5}, 0.6),
-            row("sign", "Sign+EF", {}, 1.3, error="WorkerError: rank 1 died")]
+            row("kernels", "milktea's kernels (once per process)", {"glibc default": 1.3, "release": 1.25},
+                with_kernels_x={"glibc default": 1.3, "release": 1.25}),
+            row("topk", "Top-1%+EF", {"glibc default": 1.234, "release": 2.5}, 1.3,
+                with_kernels_x={"glibc default": 2.534, "release": 3.75}),
+            row("int8", "int8", {"glibc default": 12.5, "release": 0.5}, 0.6,
+                with_kernels_x={"glibc default": 13.8, "release": 1.75}),
+            row("sign", "Sign+EF", {}, 1.3, error="ScriptError: sign: torchrun exited with 1")]
     text = memory.table(rows, workers=2)
     assert "the model's 100.0 MB of float32), 2 ranks" in text
-    assert '(median of 3 launches), first 3 steps; targets checked on "glibc default"' in text
+    assert '(median of 3 launches), first 3 steps;' in text and 'targets checked on "glibc default"' in text
     assert _column(text, "release")[:4] == ["  0.00x", "  1.25x", "  2.50x", "  0.50x"]
+    # the scheme over plain DDP with the kernels, and with them (the kernels' row has it once)
+    assert _column(text, "with kernels")[1:4] == ["", "       2.53x", "      13.80x"]
     assert _column(text, "target")[2:4] == ["<= 1.3x", "<= 0.6x"]
     # checked on glibc's defaults, what a user's script gets; the kernels' row has no target
     assert [line.split()[-1] for line in text.splitlines()[4:7]] == ["1.25x", "ok", "MISSED"]
-    assert text.splitlines()[-1] == "Sign+EF                               not measured: WorkerError: rank 1 died"
+    assert text.splitlines()[-1] == "Sign+EF                               not measured: ScriptError: sign: torchrun exited with 1"
