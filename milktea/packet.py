@@ -271,8 +271,10 @@ class Packet:
         for p in self.parts:
             p = p.reshape(-1)
             src = p.data_ptr() if p.device == dest.device else None
-            if src is not None and src < at and src + p.numel() > start and src != at:
-                p = p.clone()        # lies where an earlier write lands: keep its bytes
+            moved = dest.device.type == "cpu"     # memmove there; elsewhere copy_ refuses any overlap
+            if src is not None and src < (at if moved else start + dest.numel()) and src + p.numel() > start \
+                    and (src != at or not moved):
+                p = p.clone()        # lies where an earlier write lands (or, off the CPU, anywhere in dest)
             parts.append(p)
             at += p.numel()
         dest[: len(head)].copy_(torch.frombuffer(bytearray(head), dtype=torch.uint8))

@@ -130,3 +130,19 @@ def test_registry_refuses_clashes_and_names_known_codecs():
     with pytest.raises(ValueError, match="unknown codec id 250"):
         Packet.from_bytes(b"MT\x01\xfa\x00\x01\x01\x00\x00")
     assert get_codec("sign").expansion == 8
+
+
+@pytest.mark.parametrize("codec", ["int8", "sign", "topk"])
+def test_write_into_moves_parts_carved_from_the_same_buffer(codec):
+    """Packet.write_into gives to_tensor's bytes when the parts lie further on in the very
+    buffer written (where the DDP hook carves int8 codes and sign bits: milktea.arena)."""
+    from milktea import Quantize, Sign, TopK, arena
+    c = {"int8": Quantize(8), "sign": Sign(), "topk": TopK(0.01)}[codec]
+    x = torch.randn(1 << 17)
+    buf = torch.zeros(1 << 19, dtype=torch.uint8)
+    with arena.parts_into(buf[256:]):
+        p = c.compress(x)
+    assert (p.parts[0].data_ptr() == buf.data_ptr() + 256) == (codec != "topk")    # codes, bits: carved
+    want = c.compress(x).to_tensor()
+    assert torch.equal(p.write_into(buf[: p.nbytes]), want)
+    assert torch.equal(buf[: p.nbytes], want)
