@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from . import buffers, kernels
+from . import arena, kernels
 from .codes import compiled as _compiled, compiled_for as _jit   # the compiled loops, where they run
 from .bits import pack, packed_size
 
@@ -161,7 +161,7 @@ def encode(x: torch.Tensor, chunk: int, kind: int, s: int, key: int, bits: int, 
     if nb is None:
         return _encode_torch(x, chunk, kind, s, key, bits, cap)
     import numpy as np
-    out = buffers.empty(packed_size(n, bits), torch.uint8)
+    out = arena.empty(packed_size(n, bits))    # the DDP hook's send buffer, where it lends one
     sent = torch.empty(-(-n // chunk), dtype=torch.float32)
     nb.encode(x.detach().numpy(), chunk, kind, s, np.float32(cap), np.uint64(key), bits, out.numpy(), sent.numpy())
     return out, sent
