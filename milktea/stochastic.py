@@ -44,18 +44,22 @@ def draw_key(gen: torch.Generator) -> int:
 
 
 def _lsr(z: torch.Tensor, k: int) -> torch.Tensor:
-    """Logical right shift of int64 bits (torch's >> is arithmetic)."""
-    return (z >> k) & ((1 << (64 - k)) - 1)
+    """Logical right shift of int64 bits (torch's >> is arithmetic), as a new tensor."""
+    t = z >> k
+    t &= (1 << (64 - k)) - 1
+    return t
 
 
 def mix(key: int, n: int, start: int = 0, device=None) -> torch.Tensor:
     """SplitMix64's outputs for the states key + (j+1) * golden, j = start .. start + n - 1,
-    as int64 bits (numba_stochastic.mix)."""
+    as int64 bits (numba_stochastic.mix); in place, one temporary as large as the result."""
     z = torch.arange(start + 1, start + n + 1, dtype=torch.int64, device=device)
-    z = z.mul_(GOLDEN).add_(_signed(key % (1 << 64)))
-    z = (z ^ _lsr(z, 30)).mul_(MIX1)
-    z = (z ^ _lsr(z, 27)).mul_(MIX2)
-    return z ^ _lsr(z, 31)
+    z.mul_(GOLDEN).add_(_signed(key % (1 << 64)))
+    for shift, factor in ((30, MIX1), (27, MIX2), (31, None)):
+        z ^= _lsr(z, shift)
+        if factor is not None:
+            z.mul_(factor)
+    return z
 
 
 def uniforms(key: int, n: int, start: int = 0, device=None) -> torch.Tensor:
@@ -85,18 +89,24 @@ def random_positions(n: int, k: int, key: int) -> torch.Tensor:
         _compiled().random_positions(n, k, np.uint64(key % (1 << 64)), np.zeros(n // 64 + 1, dtype=np.uint64),
                                      out.numpy())
         return out
-    limit, m = (1 << 32) // n * n, k + k // 4 + 64
+    # about m^2 / 2n of m draws repeat: draw that many more, and a margin (if short, draw twice as many)
+    limit, m = (1 << 32) // n * n, k + 2 * (k * k // n) + 1024
     while True:   # enough draws for k distinct ones: more of the same stream if not
-        a = _lsr(mix(key, m), 32)
-        draws = a[a < limit] % n
+        draws = mix(key, m)
+        draws >>= 32
+        draws &= 0xFFFFFFFF                                  # the top 32 bits, as a logical shift
+        draws = draws[draws < limit]
+        draws = draws.remainder_(n).to(torch.int32)          # n < 2**31: half the bytes to sort
         vals, order = torch.sort(draws, stable=True)        # ties keep the order they were drawn in
+        del draws
         first = torch.ones_like(vals, dtype=torch.bool)
-        first[1:] = vals[1:] != vals[:-1]
+        torch.ne(vals[1:], vals[:-1], out=first[1:])
         if int(first.sum()) >= k:
             break
         m *= 2
-    when = order[first]                                      # the draw that first gave each value
-    return vals[first][when <= torch.kthvalue(when, k).values]
+    vals, when = vals[first], order[first]                   # the draw that first gave each value
+    del order
+    return vals[when <= torch.kthvalue(when, k).values].long()
 
 
 def headroom(chunk: int) -> int:

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import milktea
 from milktea import Packet
 from milktea.compressors import decode, decode_add, decode_mean
+from milktea.compressors.cast import _BY_CODE
 from milktea.packet import CODECS, MAGIC, VERSION
 
 from compressor_zoo import ZOO, make_input
@@ -87,9 +88,13 @@ def mutated(draw):
 
 
 def float_views(packet: Packet):
-    """Every way the packet's bytes (and an inner packet's) can be read as floats."""
+    """Every way the packet's bytes (and an inner packet's) can be read as floats: as
+    float32, as the packet's dtype, and as a cast packet's 16-bit dtype."""
+    dtypes = [torch.float32, packet.dtype]
+    if packet.codec == "cast" and packet.params and packet.params[0] in _BY_CODE:
+        dtypes.append(_BY_CODE[packet.params[0]])
     for part in packet.parts:
-        for dt in (torch.float32, packet.dtype):
+        for dt in dtypes:
             size = torch.empty((), dtype=dt).element_size()
             if part.numel() and part.numel() % size == 0:
                 # a product of two floats of this dtype overflows it from sqrt(max) on
