@@ -96,7 +96,12 @@ class Comm:
         rank into a buffer kept per rank, so a step allocates nothing of the payload's
         size (gloo's all-gather would copy every rank's bytes into a temporary as large
         as all of them, and the padded send and receive buffers would be new each step);
-        on GPU, one all-gather of the padded payloads. Counted as one all-gather."""
+        on GPU, one all-gather of the padded payloads. Counted as one all-gather.
+
+        The broadcasts go one after another, each finished before the next is issued: one
+        collective in flight on the group at a time, as every other caller of a process
+        group has it. (Issued together, they ran on gloo's worker threads at once; once
+        in a CI run, a 3-rank group then waited until its timeout.)"""
         if payload.dtype != torch.uint8 or payload.dim() != 1:
             raise TypeError(f"payload must be a 1-D uint8 tensor, got {payload.dtype} of shape {tuple(payload.shape)}")
         dev = payload.device
@@ -113,9 +118,10 @@ class Comm:
         issued = time.perf_counter()
         if dev.type == "cpu":
             parts = [self._send[:n] if r == self.rank else self._recv_buffer(r, m) for r, m in enumerate(sizes)]
-            works = [dist.broadcast(p, src=self._global[r], group=self.group, async_op=True)
-                     for r, p in enumerate(parts) if p.numel()]
-            self._finish(step, issued, _AllOf(works), "allgather", width, allgather_wire_bytes(width, self.world))
+            for r, p in enumerate(parts):
+                if p.numel():
+                    dist.broadcast(p, src=self._global[r], group=self.group, async_op=True).wait()
+            self._finish(step, issued, _Done(), "allgather", width, allgather_wire_bytes(width, self.world))
             return parts
         send = self.send_buffer(width, keep=n, device=dev)[:width]
         send[n:].zero_()
@@ -125,13 +131,8 @@ class Comm:
         return [out[r * width: r * width + m] for r, m in enumerate(sizes)]
 
 
-class _AllOf:
-    """Several collectives waited for as one."""
-
-    def __init__(self, works):
-        self.works = works
+class _Done:
+    """A collective already waited for."""
 
     def wait(self):
-        for w in self.works:
-            w.wait()
         return True

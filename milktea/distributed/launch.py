@@ -30,12 +30,13 @@ import multiprocessing.connection as mpc
 import os
 import pickle
 import signal
-import socket
 import sys
 import time
 from typing import Any, Callable
 
-from milktea.distributed.hang import Beat, WorkerHang, after_timeout, hang_error, stopped
+from milktea.distributed import stacks
+from milktea.distributed.ports import free_port
+from milktea.distributed.hang import Beat, WorkerHang, after_timeout, hang_error, stopped, timed_out
 from milktea.distributed.worker import run_worker
 from milktea.threads import per_rank
 
@@ -57,13 +58,6 @@ class WorkerError(RuntimeError):
 
     def __reduce__(self):
         return (WorkerError, (self.rank, self.exc_type, self.message, self.remote_traceback))
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free right now on `host` (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def pick_backend(nprocs: int, backend: str = "auto") -> str:
@@ -163,11 +157,13 @@ def launch(fn: Callable, nprocs: int = 2, args: tuple = (), kwargs: dict | None 
             p, parent_end = start_worker(run_worker, rank, nprocs, cfg)
             procs.append(p)
             conns.append(parent_end)
-        failure = _supervise(procs, conns, out, on_message, deadline, timeout, stall_timeout, grace)
+        failure = _supervise(procs, conns, out, on_message, deadline, timeout, stall_timeout, grace,
+                             stacks_dir=cfg["stacks"])
     finally:
         _stop(procs)
         for c in conns:
             c.close()
+        stacks.remove(cfg["stacks"])
     if failure is not None:
         raise failure
     return out[0] if results == "rank0" else [out[r] for r in range(nprocs)]
@@ -184,7 +180,7 @@ def worker_config(nprocs: int, backend: str, threads: int | None, env: dict | No
         child_env.setdefault("MASTER_ADDR", "127.0.0.1")
         child_env.setdefault("MASTER_PORT", str(free_port(child_env["MASTER_ADDR"])))
     return dict(backend=pick_backend(nprocs, backend), threads=threads, env=child_env,
-                collective_timeout=collective_timeout,
+                collective_timeout=collective_timeout, stacks=stacks.make_dir(),
                 netns=netns.namespaces if netns is not None else None)
 
 
@@ -204,10 +200,12 @@ def start_worker(target: Callable, rank: int, nprocs: int, cfg: dict, *extra):
 
 
 def _supervise(procs, conns, out, on_message, deadline, timeout, stall_timeout,
-               grace: float = 0.0) -> WorkerError | WorkerHang | None:
+               grace: float = 0.0, stacks_dir: str | None = None) -> WorkerError | WorkerHang | None:
     """Wait for every rank's result in `out`; return the first rank's failure (None if all
     returned; with `grace`, the others' endings in its `others`), or a WorkerHang naming the
-    peer it waited for when that failure is a collective's timeout; raise WorkerHang on a stall."""
+    peer it waited for when that failure is a collective's timeout; raise WorkerHang on a stall.
+    After a collective's timeout, the error ends with the threads of the ranks still running
+    (`milktea.distributed.stacks`, from the folder `stacks_dir` the workers write into)."""
     live = set(range(len(procs)))
     beats = {r: Beat() for r in live}
     started = False
@@ -218,18 +216,24 @@ def _supervise(procs, conns, out, on_message, deadline, timeout, stall_timeout,
         if failure is not None:
             heard: dict = {}
             failure = _root_cause(failure, procs, conns, live, out, on_message, beats, heard=heard)
+            threads = ""
+            if timed_out(failure.message):     # what was every rank doing? (before anything is stopped)
+                threads = stacks.describe(stacks.collect(stacks_dir, {
+                    r: procs[r].pid for r in live if r not in heard and procs[r].is_alive()}))
             # a collective that timed out: its peer stopped; name that one if it is alive and silent
             hang = after_timeout("launch", beats, failure.rank, f"{failure.exc_type}: {failure.message}",
                                  [r for r in live if r not in heard and procs[r].is_alive()])
             if hang is not None:
                 if grace > 0:   # the others may still save their state, as after a failure
                     hang.others = _wind_down(hang.rank, grace, procs, conns, live, out, on_message, beats, heard)
-                hang.args = (hang.args[0] + "; all workers were stopped",)
+                hang.args = (hang.args[0] + "; all workers were stopped" + threads,)
                 return hang
             if grace > 0:
                 failure.others = _wind_down(failure.rank, grace, procs, conns, live, out, on_message, beats, heard)
                 failure.args = (failure.args[0] + "\n\nthe other ranks: " + "; ".join(
                     f"rank {r} {how}" for r, how in failure.others.items()),)
+            if threads:
+                failure.args = (failure.args[0] + threads,)
             return failure
         now = time.monotonic()
         if not started and any(b.steps for b in beats.values()):

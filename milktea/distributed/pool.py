@@ -39,6 +39,7 @@ class Pool:
             raise ValueError(f"nprocs must be a positive int, got {nprocs!r}")
         self.nprocs, self._options = nprocs, (backend, threads, env, collective_timeout)
         self._procs, self._conns, self._jobs = [], [], []
+        self._stacks: str | None = None   # where the ranks write their threads' stacks (stacks.py)
         self.starts = 0   # how many times the ranks were started (1 unless a job failed)
 
     def __repr__(self) -> str:
@@ -54,6 +55,7 @@ class Pool:
     def _start(self) -> None:
         backend, threads, env, collective_timeout = self._options
         cfg = L.worker_config(self.nprocs, backend, threads, env, collective_timeout)
+        self._stacks = cfg["stacks"]
         import multiprocessing as mp
         for rank in range(self.nprocs):
             jobs_out, jobs_in = mp.get_context("spawn").Pipe(duplex=False)
@@ -84,7 +86,8 @@ class Pool:
         try:
             for jobs in self._jobs:
                 jobs.send((payload, results))
-            failure = L._supervise(self._procs, self._conns, out, on_message, deadline, timeout, stall_timeout)
+            failure = L._supervise(self._procs, self._conns, out, on_message, deadline, timeout, stall_timeout,
+                                   stacks_dir=self._stacks)
         except BaseException:
             self._stop()
             raise
@@ -110,6 +113,8 @@ class Pool:
         for c in self._conns + self._jobs:
             c.close()
         self._procs, self._conns, self._jobs = [], [], []
+        L.stacks.remove(self._stacks)
+        self._stacks = None
 
 
 def _beat(conn, rank: int, main_id: int) -> None:

@@ -21,6 +21,7 @@ import time
 import traceback
 from typing import Any
 
+from milktea.distributed import stacks
 from milktea.distributed.hang import BEAT_EVERY_S, STEPS, where
 
 _conn = None  # inside a worker: the pipe to the parent (used by report() and progress())
@@ -91,6 +92,7 @@ def join_group(rank: int, world: int, cfg: dict) -> None:
         from milktea.distributed.netns import enter_namespace
         enter_namespace(cfg["netns"][rank])
     os.environ.update(cfg["env"])
+    stacks.arm(cfg.get("stacks"), rank)     # the parent may ask for every thread's stack
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_WORLD_SIZE=str(world), GROUP_RANK="0")
     import torch

@@ -41,6 +41,9 @@ def test_a_stopped_rank_is_named_when_its_peers_collective_times_out(how):
     assert "busy at launch_workers.py" in text and f"in {fn.__name__}" in text      # what it was doing
     assert "Rank 0 waited for it in a collective until that timed out (Timed out waiting 6000ms" in text
     assert late < 6 + 30, f"named {late:.0f} s after the rank stopped"            # not at the 150 s limit
+    # the error ends with the threads of the ranks still running: rank 1's main thread, asleep
+    assert "--- rank 1 ---" in text and "--- rank 0 ---" not in text, text
+    assert f"in {fn.__name__}" in text.split("--- rank 1 ---")[1], text
 
 
 def test_the_whole_run_timeout_also_names_the_rank_behind():
