@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -64,9 +63,8 @@ def _cannot_run(reason: str):
 # ---------------------------------------------------------------- JupyterLab
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from milktea.distributed.ports import free_port   # below the ephemeral range: see there
+    return free_port()
 
 
 def _http(url: str, token: str, method: str = "GET", timeout: float = 5.0):
