@@ -169,13 +169,16 @@ def test_no_network_at_all():
     server.bind(("127.0.0.1", 0))
     server.listen(1)
     unix = socket.socket(socket.AF_UNIX)
-    unix.bind(b"\0milktea-grade-test")
+    # a name of this run's own: the abstract namespace is the machine's, and this test's two
+    # runs (zygote, bwrap) can overlap on two xdist workers
+    name = f"\0milktea-grade-test-{os.getpid()}-{time.monotonic_ns()}".encode()
+    unix.bind(name)
     unix.listen(1)
     try:
         got = value(attack(f"""
             reached = []
             for family, addr in ((socket.AF_INET, ('127.0.0.1', {server.getsockname()[1]})),
-                                 (socket.AF_UNIX, b'\\0milktea-grade-test'), (socket.AF_INET, ('1.1.1.1', 53))):
+                                 (socket.AF_UNIX, {name!r}), (socket.AF_INET, ('1.1.1.1', 53))):
                 s = socket.socket(family)
                 s.settimeout(2)
                 try:
