@@ -10,6 +10,7 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
 
 import numpy as np
 import pytest
@@ -32,9 +33,12 @@ KINDS = [BOX, dataclasses.replace(BOX, zygote=False)] if BOX.zygote else [BOX]
 @pytest.fixture(autouse=True, params=KINDS, ids=lambda b: "zygote" if b.zygote else "bwrap")
 def each_world(request, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "BOX", request.param)
+    monkeypatch.setattr(sys.modules[__name__], "MARK", f"milktea-attack-{uuid.uuid4().hex}")
     return request.param
 SECRET = "milktea-grader-secret-7f3a"
-MARK = "milktea-attack-7f3a"     # in the command line of every process an attack starts
+# in the command line of every process an attack starts; each test gets a mark of its own
+# (survivors() looks at the whole machine, and another xdist worker may be running an attack)
+MARK = "milktea-attack-7f3a"
 
 
 def attack(body: str, audit=False, cases=1, hidden=0):
