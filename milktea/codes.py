@@ -58,9 +58,8 @@ def dequantize_add(packed: torch.Tensor, scales: torch.Tensor, chunk: int, bits:
     alpha +-1: then alpha * v is exact and the sum has decode-then-add's bits), then
     out /= div in the same pass where div != 1. False where that does not run (the
     caller adds piece by piece)."""
-    ok = alpha in (1.0, -1.0) and out.dtype == torch.float32 and out.is_contiguous() and \
-        (bits == 8 or (chunk * bits) % 8 == 0 or chunk >= out.numel())
-    return ok and decode(packed, scales, chunk, 2 ** (bits - 1), bits, out.view(-1), -1 if alpha < 0 else 1, div)
+    return alpha in (1.0, -1.0) and decode(packed, scales, chunk, 2 ** (bits - 1), bits, out,
+                                           -1 if alpha < 0 else 1, div)
 
 
 def dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, chunk: int, bits: int,

@@ -64,23 +64,29 @@ def load_checkpoint(path: str, model, optimizer=None, state=None) -> dict:
 
 
 # --- a compressor copy's state (the DDP hook's protocols and the compressed all-reduce save it) ---
-def _generators(obj, path="") -> dict:
-    """Every torch.Generator a compressor holds (Chain: its stages' too), by attribute path."""
+def _generators(obj, path="", uncovered=False) -> dict:
+    """Every torch.Generator a compressor holds (Chain: its stages' too), by attribute path.
+    uncovered: only those its state_dict does not already keep (a library Compressor keeps
+    its `_gen`, if every holder on the way saves the state of what it holds)."""
+    from milktea.compressors.base import Compressor
+    if uncovered and not hasattr(obj, "state_dict"):
+        uncovered = False          # from here down nothing is kept by a state_dict
     out = {}
     for k, v in vars(obj).items():
         if isinstance(v, torch.Generator):
-            out[path + k] = v
+            if not (uncovered and k == "_gen" and isinstance(obj, Compressor)):
+                out[path + k] = v
         elif hasattr(v, "compress") and hasattr(v, "__dict__"):
-            out.update(_generators(v, f"{path}{k}."))
+            out.update(_generators(v, f"{path}{k}.", uncovered))
     return out
 
 
 def coder_state(c) -> dict:
     """One compressor copy's state for a checkpoint: its own `state_dict` (if it has one)
-    and the state of every random generator it holds, so a restored copy rounds exactly
-    as the saved one would have."""
+    and the state of every random generator that state does not hold, so a restored copy
+    rounds exactly as the saved one would have."""
     return {"state": c.state_dict() if hasattr(c, "state_dict") else None,
-            "generators": {k: g.get_state() for k, g in _generators(c).items()}}
+            "generators": {k: g.get_state() for k, g in _generators(c, uncovered=True).items()}}
 
 
 def load_coder_state(c, saved: dict) -> None:

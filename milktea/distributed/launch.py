@@ -216,13 +216,12 @@ def _supervise(procs, conns, out, on_message, deadline, timeout, stall_timeout,
         if failure is not None:
             heard: dict = {}
             failure = _root_cause(failure, procs, conns, live, out, on_message, beats, heard=heard)
+            silent = [r for r in live if r not in heard and procs[r].is_alive()]
             threads = ""
             if timed_out(failure.message):     # what was every rank doing? (before anything is stopped)
-                threads = stacks.describe(stacks.collect(stacks_dir, {
-                    r: procs[r].pid for r in live if r not in heard and procs[r].is_alive()}))
+                threads = stacks.describe(stacks.collect(stacks_dir, {r: procs[r].pid for r in silent}))
             # a collective that timed out: its peer stopped; name that one if it is alive and silent
-            hang = after_timeout("launch", beats, failure.rank, f"{failure.exc_type}: {failure.message}",
-                                 [r for r in live if r not in heard and procs[r].is_alive()])
+            hang = after_timeout("launch", beats, failure.rank, f"{failure.exc_type}: {failure.message}", silent)
             if hang is not None:
                 if grace > 0:   # the others may still save their state, as after a failure
                     hang.others = _wind_down(hang.rank, grace, procs, conns, live, out, on_message, beats, heard)

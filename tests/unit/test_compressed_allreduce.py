@@ -120,7 +120,7 @@ def test_state_dict_resumes_stochastic_rounding_bit_for_bit():
     got = [simulate_round(restored, xs[step]) for step in (2, 3)]
     assert all(torch.equal(a, b) for a, b in zip(expected, got))
     # without its generators the rounding could not resume: such a state is refused, never
-    # loaded silently. (A generator is kept twice: by each copy, and by its compressor.)
+    # loaded silently. (A library compressor keeps its generator in its own state.)
     def forget(part):
         state = {**part["state"], "compressor": {k: v for k, v in part["state"].get("compressor", {}).items()
                                                  if k != "generator"}}
@@ -129,3 +129,34 @@ def test_state_dict_resumes_stochastic_rounding_bit_for_bit():
     with pytest.raises(ValueError, match="random generator"):
         fresh()[0].load_state_dict({**saved[0], "senders": [forget(x) for x in saved[0]["senders"]],
                                     "server": forget(saved[0]["server"])})
+
+
+def test_a_checkpoint_keeps_each_generator_once_and_resumes_exactly():
+    """A library compressor's generator lives in its own state_dict (feedback and Chain
+    pass it on), so coder_state adds none; a generator no state_dict keeps is still saved."""
+    from milktea import QSGD, Chain, ErrorFeedback
+    from milktea.distributed.checkpoint import coder_state, load_coder_state
+
+    class Dither(Sign):       # a user's compressor: a generator of its own under another name
+        def __init__(self):
+            super().__init__()
+            self.noise = torch.Generator().manual_seed(5)
+
+        def compress(self, t):
+            return super().compress(t + 0.1 * torch.randn(t.shape, generator=self.noise))
+
+    makers = [lambda: QSGD(levels=4), lambda: ErrorFeedback(Quantize(4, stochastic=True)),
+              lambda: Chain(TopK(0.2), QSGD(levels=4)), lambda: ErrorFeedback(Dither())]
+    xs = [torch.randn(300, generator=torch.Generator().manual_seed(i)) for i in range(4)]
+    for make in makers:
+        a = make()
+        a = a.fork(rank=1, stream=3) if hasattr(a, "fork") else a    # a stream unlike a fresh copy's
+        for x in xs[:2]:
+            a.compress(x)
+        saved = coder_state(a)
+        assert list(saved["generators"]) == (["compressor.noise"] if isinstance(a, ErrorFeedback) and
+                                             isinstance(a.compressor, Dither) else []), saved["generators"]
+        b = make()
+        load_coder_state(b, saved)
+        for x in xs[2:]:
+            assert a.compress(x).to_bytes() == b.compress(x).to_bytes()
