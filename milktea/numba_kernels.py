@@ -13,32 +13,32 @@ import milktea.threads  # noqa: F401  (sizes numba's pool per rank before numba 
 import numpy as np
 from numba import njit, prange
 
+from milktea.numba_bits import DEBRUIJN, DEBRUIJN_MUL, abs_max_bits, as_float
+
 BLOCK = 1 << 15   # entries per parallel work item in the loops below
-RUN = 32          # entries collect_above adds and counts before it looks for hits
 EXACT = {"nnan", "ninf", "nsz"}
 
 
-@njit(fastmath=EXACT, cache=True, nogil=True)
-def absmax_scale(xs, qmax, cap):  # inlined by LLVM
-    """(scale, divisor) of one chunk: scale = max|x| / qmax (at most `cap`); divisor =
-    scale, or 1 where scale is 0 (then every |x| is so small its code is the zero level)."""
-    m = np.float32(0.0)
-    for i in range(xs.size):
-        m = max(m, abs(xs[i]))
-    sc = min(m / np.float32(qmax), cap)
+@njit(inline="always")
+def absmax_scale(xi, qmax, cap):
+    """(scale, divisor) of one chunk (xi: its int32 view): scale = max|x| / qmax (at most
+    `cap`); divisor = scale, or 1 where scale is 0 (then every |x| is so small its code is
+    the zero level)."""
+    sc = min(as_float(abs_max_bits(xi)) / np.float32(qmax), cap)
     return sc, sc if sc > np.float32(0.0) else np.float32(1.0)
 
 
 @njit(parallel=True, fastmath=EXACT, cache=True, nogil=True)
 def quantize(x, chunk, qmax, cap, codes, scales):
     n = x.size
+    xi = x.view(np.int32)
     off = np.float32(qmax) + np.float32(1.5)   # offset qmax+1, plus 0.5 to round
     for c in prange((n + chunk - 1) // chunk):
         s = c * chunk
         e = min(s + chunk, n)
         xs = x[s:e]
         cs = codes[s:e]
-        scales[c], div = absmax_scale(xs, qmax, cap)
+        scales[c], div = absmax_scale(xi[s:e], qmax, cap)
         for i in range(e - s):
             cs[i] = np.uint8(np.int32(xs[i] / div + off))
 
@@ -47,13 +47,14 @@ def quantize(x, chunk, qmax, cap, codes, scales):
 def quantize_packed(x, chunk, qmax, cap, bits, out, scales):
     # 4- and 2-bit codes, packed as they are made; every chunk starts on a byte
     n = x.size
+    xi = x.view(np.int32)
     per = 8 // bits
     off = np.float32(qmax) + np.float32(1.5)
     for c in prange((n + chunk - 1) // chunk):
         s = c * chunk
         e = min(s + chunk, n)
         xs = x[s:e]
-        scales[c], div = absmax_scale(xs, qmax, cap)
+        scales[c], div = absmax_scale(xi[s:e], qmax, cap)
         ob = out[s * bits // 8:(e * bits + 7) // 8]
         whole = (e - s) // per
         if bits == 4:
@@ -145,9 +146,9 @@ def collect_above(x, g, t, clear, found, found_x, counts, bad):
     the block where |x| >= t: found[b, :counts[b]] (minus the block's start) and found_x[b,
     ...] their values, while counts[b] fits found's row (a block with more is read again by
     gather_above). bad[b] = 1 where block b met a NaN or an infinity in x + g.
-    A block goes by runs of RUN entries: a branch-free loop (vectorized) adds and counts a
-    run, and only a run with a hit, still in cache, is looked at entry by entry (15% faster
-    than a count pass and a fill pass on 25M entries; a branch per entry was slower)."""
+    A block goes by words of 64 entries: a branch-free loop (vectorized) adds and sets one
+    bit per hit, then only the set bits are visited, lowest first (twice as fast on 25M
+    entries as counting runs of 32 and reading the runs with a hit entry by entry)."""
     n = x.size
     cap = found.shape[1]
     add = g.size > 0
@@ -160,28 +161,29 @@ def collect_above(x, g, t, clear, found, found_x, counts, bad):
         fx = found_x[b]
         c = 0
         nonfinite = 0
-        for r in range(0, e - s, RUN):
-            xr = xs[r:min(r + RUN, e - s)]
-            hits = 0
+        for w in range(0, e - s, 64):
+            xw = xs[w:min(w + 64, e - s)]
+            bits = np.uint64(0)
             if add:
-                gr = gs[r:r + xr.size]
-                for i in range(xr.size):
-                    v = xr[i] + gr[i]
-                    xr[i] = v
+                gw = gs[w:w + xw.size]
+                for i in range(xw.size):
+                    v = xw[i] + gw[i]
+                    xw[i] = v
                     nonfinite += not abs(v) < np.inf     # NaN and +-inf
-                    hits += abs(v) >= t
+                    bits |= np.uint64(abs(v) >= t) << np.uint64(i)
                 if clear:
-                    gr[:] = 0
+                    gw[:] = 0
             else:
-                for i in range(xr.size):
-                    hits += abs(xr[i]) >= t
-            if hits:
-                for i in range(xr.size):
-                    if abs(xr[i]) >= t:
-                        if c < cap:
-                            fs[c] = r + i
-                            fx[c] = xr[i]
-                        c += 1
+                for i in range(xw.size):
+                    bits |= np.uint64(abs(xw[i]) >= t) << np.uint64(i)
+            while bits:
+                low = bits & (~bits + np.uint64(1))
+                if c < cap:
+                    i = DEBRUIJN[(low * np.uint64(DEBRUIJN_MUL)) >> np.uint64(58)]
+                    fs[c] = w + i
+                    fx[c] = xw[i]
+                c += 1
+                bits ^= low
         counts[b] = c
         bad[b] = nonfinite > 0
 

@@ -21,6 +21,8 @@ import milktea.threads  # noqa: F401  (sizes numba's pool per rank before numba 
 import numpy as np
 from numba import njit, prange
 
+from milktea.numba_bits import DEBRUIJN, DEBRUIJN_MUL, abs_max_bits, as_float
+
 BLOCK = 1 << 15
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -88,12 +90,11 @@ def headroom(chunk):
     return (62 - b) // 2
 
 
-@njit(fastmath=EXACT, inline="always")
-def piece_max(x, s, e):
-    m = np.float32(0.0)
-    for i in range(s, e):
-        m = max(m, abs(x[i]))
-    return m
+@njit(inline="always")
+def piece_max(xi, s, e):
+    """max |x| over x[s:e] as its bits (xi = x.view(int32)), on a slice: xs[i] vectorizes,
+    x[s + i] does not."""
+    return abs_max_bits(xi[s:e])
 
 
 @njit(inline="always")
@@ -108,9 +109,10 @@ def piece_squares(x, s, e, k):
     products by powers of two, each in float32's range), as int64."""
     g1 = np.float32(math.ldexp(1.0, k // 2))
     g2 = np.float32(math.ldexp(1.0, k - k // 2))
+    xs = x[s:e]
     acc = np.int64(0)
-    for i in range(s, e):
-        a = np.int64(np.int32((abs(x[i]) * g1) * g2))
+    for i in range(xs.size):
+        a = np.int64(np.int32((abs(xs[i]) * g1) * g2))
         acc += a * a
     return acc
 
@@ -136,7 +138,17 @@ def sent_of(kind, top, s, acc, h, cap):
 
 @njit(inline="always")
 def encode_piece(x, st, e, div, kind, s, key, bits, out):
-    """Codes of x[st:e] packed into their bytes of out (st on a byte)."""
+    """Codes of x[st:e] packed into their bytes of out (st on a byte). The kind is made a
+    constant here, so each loop is compiled for one kind: with the kind's branch inside,
+    LLVM left the 2-bit loop unvectorized (twice slower)."""
+    if kind == ABSMAX:
+        codes_into(x, st, e, div, ABSMAX, s, key, bits, out)
+    else:                                 # both levels kinds code alike (see code_of)
+        codes_into(x, st, e, div, LEVELS_MAX, s, key, bits, out)
+
+
+@njit(inline="always")
+def codes_into(x, st, e, div, kind, s, key, bits, out):
     ob = out[st * bits // 8:(e * bits + 7) // 8]
     xs = x[st:e]
     if bits == 8:
@@ -175,11 +187,12 @@ def encode(x, chunk, kind, s, cap, key, bits, out, sent):
     n = x.size
     nch = sent.size
     h = headroom(min(chunk, n))
+    xi = x.view(np.int32)
     if chunk <= BLOCK:
         for c in prange(nch):
             st = c * chunk
             e = min(st + chunk, n)
-            top = piece_max(x, st, e)
+            top = as_float(piece_max(xi, st, e))
             acc = piece_squares(x, st, e, grid_power(top, h)) if kind == LEVELS_L2 and top > 0 else np.int64(0)
             sc = sent_of(kind, top, s, acc, h, cap)
             sent[c] = sc
@@ -187,13 +200,16 @@ def encode(x, chunk, kind, s, cap, key, bits, out, sent):
         return
     per_chunk = (chunk + BLOCK - 1) // BLOCK
     pieces = nch * per_chunk
-    part = np.zeros(pieces, dtype=np.float32)
+    part = np.zeros(pieces, dtype=np.int32)
     for p in prange(pieces):
         c, st, e = piece_of(p, chunk, per_chunk, n)
-        part[p] = piece_max(x, st, e)
-    tops = np.zeros(nch, dtype=np.float32)
+        part[p] = piece_max(xi, st, e)
+    topbits = np.zeros(nch, dtype=np.int32)
     for p in range(pieces):
-        tops[p // per_chunk] = max(tops[p // per_chunk], part[p])
+        topbits[p // per_chunk] = max(topbits[p // per_chunk], part[p])
+    tops = np.zeros(nch, dtype=np.float32)     # each chunk's max |x|
+    for c in range(nch):
+        tops[c] = as_float(topbits[c])
     squares = np.zeros(pieces, dtype=np.int64)
     if kind == LEVELS_L2:
         for p in prange(pieces):
@@ -301,10 +317,6 @@ def decode(packed, steps, chunk, offset, bits, out, mode, div, allowed):
     return min(allowed, mask)
 
 
-DEBRUIJN_MUL = 0x03F79D71B4CB0A89     # a de Bruijn sequence: (2**i * it) >> 58 differs for every i
-DEBRUIJN = np.zeros(64, dtype=np.int64)   # ...so this table gives i back
-for _i in range(64):
-    DEBRUIJN[((DEBRUIJN_MUL << _i) & ((1 << 64) - 1)) >> 58] = _i
 
 
 @njit(cache=True, nogil=True)

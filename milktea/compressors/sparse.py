@@ -174,10 +174,12 @@ class TopK(Sparsifier):
                            tolerance=self.tolerance, gen=self._gen)[0]
 
     def _choose(self, flat, add=None, clear_add=False):
-        """(positions, values): with `add` (the "fused_add" path: error feedback's update of
-        the ledger `flat`) the values come from the selection's own pass."""
-        if add is None:
-            return self.select(flat), None
+        """(positions, values): the values come from the selection's own pass (no second,
+        random read of flat) where it reads flat itself; with `add` (the "fused_add" path:
+        error feedback's update of the ledger `flat`) always."""
+        plain = self.nonfinite != "ignore" and flat.dtype in (torch.float32, torch.float64)
+        if add is None and not (plain and type(self).select is TopK.select):
+            return self.select(flat), None    # a subclass's own select, or a float32 copy compared
         return select_topk(flat, self.k_for(flat.numel()), approximate=self.approximate,
                            tolerance=self.tolerance, gen=self._gen, add=add, clear_add=clear_add)
 

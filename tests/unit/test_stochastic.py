@@ -154,3 +154,17 @@ def test_randomk_packets_decode_to_the_same_positions_on_both_paths(monkeypatch)
     assert torch.equal(a, b)
     kept = a != 0
     assert int(kept.sum()) == 20_000 and torch.equal(a[kept], x[kept])
+
+
+def test_a_chunks_max_read_from_its_bits_is_that_float():
+    """The compiled max works on a float's bits (an integer max vectorizes); as_float turns
+    them back by arithmetic: every kind of non-negative float32 comes back bit for bit."""
+    if kernels.jit() is None:
+        pytest.skip("numba is not installed")
+    from milktea import numba_bits as nb
+    edges = np.array([0, 1, 0x7FFFFF, 0x800000, 0x3F800000, 0x7F7FFFFF, 0x7F800000], dtype=np.int32)
+    bits = np.concatenate([edges, np.random.default_rng(0).integers(0, 0x7F800000, 10_000, dtype=np.int32)])
+    got = np.array([nb.as_float(int(b)) for b in bits[:50]] +
+                   [nb.as_float(int(b)) for b in bits[50::97]], dtype=np.float32)
+    want = np.concatenate([bits[:50], bits[50::97]]).view(np.float32)
+    assert np.array_equal(got.view(np.int32), want.view(np.int32))
