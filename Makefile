@@ -11,7 +11,7 @@ TORCH ?= torch==2.13.0
 # JupyterLab refuses to run as root unless told; containers often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 
-.PHONY: lab lab-zh test test-fast setup doctor bench strip lint i18n clean
+.PHONY: lab lab-zh test test-fast setup doctor bench strip lint i18n clean clean-numba
 
 setup: $(VENV)/.installed
 
@@ -78,3 +78,8 @@ i18n: setup
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .hypothesis .ruff_cache
+
+# numba caches each compiled loop beside its source and stamps it with that file alone:
+# after editing a file whose loops others inline (milktea/numba_bits.py), drop the cache
+clean-numba:
+	rm -f milktea/__pycache__/*.nbi milktea/__pycache__/*.nbc

@@ -1,5 +1,9 @@
 """Bit tricks the compiled loops share (milktea.numba_kernels, milktea.numba_stochastic):
-a float's magnitude from its bits, and the place of a word's lowest set bit."""
+a float's magnitude from its bits, and the place of a word's lowest set bit.
+
+These are inlined into the loops that call them, and numba's on-disk cache stamps each
+loop with its own file only: after editing this file, `make clean-numba` (or touch the
+two modules above), else they keep running the old code."""
 from __future__ import annotations
 
 import math

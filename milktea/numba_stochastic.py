@@ -91,13 +91,6 @@ def headroom(chunk):
 
 
 @njit(inline="always")
-def piece_max(xi, s, e):
-    """max |x| over x[s:e] as its bits (xi = x.view(int32)), on a slice: xs[i] vectorizes,
-    x[s + i] does not."""
-    return abs_max_bits(xi[s:e])
-
-
-@njit(inline="always")
 def grid_power(top, h):
     """k with top * 2**k < 2**h: the grid of the chunk whose max |x| is top."""
     return h - math.frexp(np.float64(top))[1]
@@ -192,7 +185,7 @@ def encode(x, chunk, kind, s, cap, key, bits, out, sent):
         for c in prange(nch):
             st = c * chunk
             e = min(st + chunk, n)
-            top = as_float(piece_max(xi, st, e))
+            top = as_float(abs_max_bits(xi[st:e]))   # a slice: x[s + i] does not vectorize
             acc = piece_squares(x, st, e, grid_power(top, h)) if kind == LEVELS_L2 and top > 0 else np.int64(0)
             sc = sent_of(kind, top, s, acc, h, cap)
             sent[c] = sc
@@ -203,7 +196,7 @@ def encode(x, chunk, kind, s, cap, key, bits, out, sent):
     part = np.zeros(pieces, dtype=np.int32)
     for p in prange(pieces):
         c, st, e = piece_of(p, chunk, per_chunk, n)
-        part[p] = piece_max(xi, st, e)
+        part[p] = abs_max_bits(xi[st:e])
     topbits = np.zeros(nch, dtype=np.int32)
     for p in range(pieces):
         topbits[p // per_chunk] = max(topbits[p // per_chunk], part[p])
@@ -315,8 +308,6 @@ def decode(packed, steps, chunk, offset, bits, out, mode, div, allowed):
             for j in range(m):
                 o[j] = (o[j] + tmp[j] * sign) / div
     return min(allowed, mask)
-
-
 
 
 @njit(cache=True, nogil=True)
