@@ -181,43 +181,41 @@ def encode(x, chunk, kind, s, cap, key, bits, out, sent):
     nch = sent.size
     h = headroom(min(chunk, n))
     xi = x.view(np.int32)
-    if chunk <= BLOCK:
-        for c in prange(nch):
-            st = c * chunk
-            e = min(st + chunk, n)
-            top = as_float(abs_max_bits(xi[st:e]))   # a slice: x[s + i] does not vectorize
-            acc = piece_squares(x, st, e, grid_power(top, h)) if kind == LEVELS_L2 and top > 0 else np.int64(0)
-            sc = sent_of(kind, top, s, acc, h, cap)
-            sent[c] = sc
-            encode_piece(x, st, e, sc if sc > 0 else np.float32(1.0), kind, s, key, bits, out)
-        return
-    per_chunk = (chunk + BLOCK - 1) // BLOCK
+    small = chunk <= BLOCK                # each chunk whole: its max, squares and codes at once
+    per_chunk = 1 if small else (chunk + BLOCK - 1) // BLOCK
     pieces = nch * per_chunk
-    part = np.zeros(pieces, dtype=np.int32)
-    for p in prange(pieces):
-        c, st, e = piece_of(p, chunk, per_chunk, n)
-        part[p] = abs_max_bits(xi[st:e])
-    topbits = np.zeros(nch, dtype=np.int32)
-    for p in range(pieces):
-        topbits[p // per_chunk] = max(topbits[p // per_chunk], part[p])
-    tops = np.zeros(nch, dtype=np.float32)     # each chunk's max |x|
-    for c in range(nch):
-        tops[c] = as_float(topbits[c])
-    squares = np.zeros(pieces, dtype=np.int64)
-    if kind == LEVELS_L2:
+    if not small:                         # every chunk's norm first, piece by piece
+        part = np.zeros(pieces, dtype=np.int32)
         for p in prange(pieces):
             c, st, e = piece_of(p, chunk, per_chunk, n)
-            if tops[c] > 0:
-                squares[p] = piece_squares(x, st, e, grid_power(tops[c], h))
-    accs = np.zeros(nch, dtype=np.int64)
-    for p in range(pieces):
-        accs[p // per_chunk] += squares[p]
-    for c in range(nch):
-        sent[c] = sent_of(kind, tops[c], s, accs[c], h, cap)
+            part[p] = abs_max_bits(xi[st:e])
+        topbits = np.zeros(nch, dtype=np.int32)
+        for p in range(pieces):
+            topbits[p // per_chunk] = max(topbits[p // per_chunk], part[p])
+        tops = np.zeros(nch, dtype=np.float32)     # each chunk's max |x|
+        for c in range(nch):
+            tops[c] = as_float(topbits[c])
+        squares = np.zeros(pieces, dtype=np.int64)
+        if kind == LEVELS_L2:
+            for p in prange(pieces):
+                c, st, e = piece_of(p, chunk, per_chunk, n)
+                if tops[c] > 0:
+                    squares[p] = piece_squares(x, st, e, grid_power(tops[c], h))
+        accs = np.zeros(nch, dtype=np.int64)
+        for p in range(pieces):
+            accs[p // per_chunk] += squares[p]
+        for c in range(nch):
+            sent[c] = sent_of(kind, tops[c], s, accs[c], h, cap)
+    # one loop writes the codes, so the code loops are compiled once (twice, they took 36 s)
     for p in prange(pieces):
         c, st, e = piece_of(p, chunk, per_chunk, n)
+        if small:
+            top = as_float(abs_max_bits(xi[st:e]))   # a slice: x[s + i] does not vectorize
+            acc = piece_squares(x, st, e, grid_power(top, h)) if kind == LEVELS_L2 and top > 0 else np.int64(0)
+            sent[c] = sent_of(kind, top, s, acc, h, cap)
         if st < e:
-            encode_piece(x, st, e, sent[c] if sent[c] > 0 else np.float32(1.0), kind, s, key, bits, out)
+            sc = sent[c]
+            encode_piece(x, st, e, sc if sc > 0 else np.float32(1.0), kind, s, key, bits, out)
 
 
 SUB = 256   # entries a decoder adds at a time, from a scratch that stays in L1
