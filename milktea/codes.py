@@ -7,11 +7,12 @@ in milktea.numba_stochastic, loaded on first use.
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
 from . import kernels
-from .bits import unpack
+from .bits import packed_size, unpack
 
 
 def aligned(n: int, chunk: int, bits: int) -> bool:
@@ -67,4 +68,11 @@ def dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, chunk: int, bi
     """Inverse of :func:`quantize_packed` into `out` (flat float32)."""
     if decode(packed, scales, chunk, 2 ** (bits - 1), bits, out):
         return out
-    return kernels.dequantize(unpack(packed, bits, out.numel()), scales, chunk, 2 ** (bits - 1) - 1, out)
+    n = out.numel()
+    step = chunk * max(1, kernels.piece(out.device) // chunk)   # whole chunks, starting on a byte
+    step *= 8 // math.gcd(step, 8)
+    for s in range(0, n, step):
+        e = min(s + step, n)
+        kernels.dequantize(unpack(packed[s * bits // 8: packed_size(e, bits)], bits, e - s),
+                           scales[s // chunk: -(-e // chunk)], chunk, 2 ** (bits - 1) - 1, out[s:e])
+    return out

@@ -32,6 +32,12 @@ import milktea.threads  # noqa: F401  (sizes this rank's pools before numba, loa
 NUMBA_MIN_NUMEL = 1 << 16   # below this, JIT start-up costs more than it saves
 BLOCK = 1 << 15             # entries per parallel work item of the compiled loops
 FOUND_PER_BLOCK = 1 << 11   # positions above a threshold a block keeps in the first pass (6%)
+# entries per step of the torch paths (CUDA, small tensors, MILKTEA_NUMBA=0), multiples of 8:
+# whole-tensor ops made up to 6x the gradient's size in temporaries (|x| cast to float64, the
+# uniforms' hashes); a step's are tens of bytes per entry. A GPU takes larger steps, where
+# each op's launch would cost more than its pass over memory.
+TORCH_PIECE = 1 << 18
+CUDA_PIECE = 1 << 22
 
 # False forces the torch path (MILKTEA_NUMBA=0, or a test); numba itself is imported only
 # when a tensor first needs it (see jit), so `import milktea` never pays for it.
@@ -107,6 +113,31 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().numpy()
 
 
+def piece(device) -> int:
+    """Entries per step of the torch paths on `device` (TORCH_PIECE, CUDA_PIECE off the CPU)."""
+    return TORCH_PIECE if torch.device(device).type == "cpu" else CUDA_PIECE
+
+
+def spans(n: int, device="cpu", first: int = 0):
+    """(start, end) of the steps of piece(device) entries that cover range(first, first + n)."""
+    step = piece(device)
+    return ((s, min(s + step, first + n)) for s in range(first, first + n, step))
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """torch.isfinite(t).all(), without a temporary as large as t: a NaN or an infinity
+    makes the sum non-finite; a sum of finite values can overflow too, so a non-finite
+    sum is checked again piece by piece (one device sync either way)."""
+    flat = t.reshape(-1)
+    total = flat.sum() if flat.dtype in (torch.float32, torch.float64) else flat.sum(dtype=torch.float32)
+    if bool(torch.isfinite(total)):
+        return True
+    ok = torch.ones((), dtype=torch.bool, device=flat.device)
+    for s, e in spans(flat.numel(), flat.device):
+        ok &= torch.isfinite(flat[s:e]).all()
+    return bool(ok)
+
+
 def quantize(x: torch.Tensor, chunk: int, qmax: int, out_codes: torch.Tensor | None = None):
     """Absmax-quantize a flat float32 tensor chunk by chunk.
 
@@ -126,10 +157,12 @@ def quantize(x: torch.Tensor, chunk: int, qmax: int, out_codes: torch.Tensor | N
     if full < n:
         pieces.append((x[full:].view(1, -1), codes[full:].view(1, -1), scales[full // chunk:]))
     for xv, cv, sv in pieces:
-        sv.copy_((torch.linalg.vector_norm(xv, float("inf"), dim=1) / qmax).clamp_(max=scale_cap(qmax)))
-        div = torch.where(sv > 0, sv, 1.0).unsqueeze(1)
-        y = torch.div(xv, div).add_(qmax + 1.5)
-        cv.copy_(y.to(torch.int32))   # y > 0, so the cast is floor; the result fits a byte
+        rows = max(1, piece(x.device) // xv.shape[1])   # a step's worth of chunks at a time
+        for r in range(0, xv.shape[0], rows):
+            xr, cr, sr = xv[r: r + rows], cv[r: r + rows], sv[r: r + rows]
+            sr.copy_((torch.linalg.vector_norm(xr, float("inf"), dim=1) / qmax).clamp_(max=scale_cap(qmax)))
+            y = torch.div(xr, torch.where(sr > 0, sr, 1.0).unsqueeze(1)).add_(qmax + 1.5)
+            cr.copy_(y.to(torch.int32))   # y > 0, so the cast is floor; the result fits a byte
     return codes, scales
 
 
@@ -171,7 +204,12 @@ def sign_pack_l1(x: torch.Tensor) -> tuple[torch.Tensor, float]:
         nb.sign_pack(_np(x), _np(out), partial)
         return out, float(partial.sum())
     from .bits import pack
-    return pack((x < 0).view(torch.uint8), 1), float(x.abs().sum(dtype=torch.float64))
+    out = torch.empty((n + 7) // 8, dtype=torch.uint8, device=x.device)
+    l1 = torch.zeros((), dtype=torch.float64, device=x.device)
+    for s, e in spans(n, x.device):   # s is a multiple of 8: each step's bits are whole bytes of out
+        out[s // 8: (e + 7) // 8] = pack((x[s:e] < 0).view(torch.uint8), 1)
+        l1 += x[s:e].abs().sum(dtype=torch.float64)
+    return out, float(l1)
 
 
 def add_sign_pack_l1(x: torch.Tensor, add: torch.Tensor) -> tuple[torch.Tensor, float] | None:
@@ -200,7 +238,9 @@ def sign_unpack(packed: torch.Tensor, scale: float, out: torch.Tensor) -> torch.
         nb.sign_into(_np(packed), np.float32(scale), _np(out), 0, np.float32(1))
         return out
     from .bits import unpack
-    return sign_values(unpack(packed, 1, n), scale, out)
+    for s, e in spans(n, out.device):   # s is a multiple of 8: a step's bits start on a byte
+        sign_values(unpack(packed[s // 8: (e + 7) // 8], 1, e - s), scale, out[s:e])
+    return out
 
 
 def sign_values(bits: torch.Tensor, scale: float, out: torch.Tensor) -> torch.Tensor:
@@ -243,7 +283,8 @@ def above_threshold(x: torch.Tensor, t: float, add: torch.Tensor | None = None,
         add_finite(x, add)
         if clear_add:
             add.zero_()
-    cand = (x.abs() >= t).nonzero().reshape(-1)
+    found = [(x[s:e].abs() >= t).nonzero().reshape(-1).add_(s) for s, e in spans(x.numel(), x.device)]
+    cand = torch.cat(found) if found else torch.empty(0, dtype=torch.int64, device=x.device)
     return cand, x.index_select(0, cand)
 
 
@@ -251,10 +292,10 @@ def add_finite(x: torch.Tensor, add: torch.Tensor) -> torch.Tensor:
     """x += add in place; ValueError if `add` holds a NaN or an infinity (x is then left
     unchanged) or if the sum overflows."""
     add = add.reshape(x.shape)
-    if not bool(torch.isfinite(add).all()):
+    if not all_finite(add):
         raise ValueError(_nonfinite_message(add, "the gradient"))
     x.add_(add)
-    if not bool(torch.isfinite(x).all()):
+    if not all_finite(x):
         raise ValueError(_nonfinite_message(x))
     return x
 

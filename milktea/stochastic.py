@@ -114,48 +114,82 @@ def headroom(chunk: int) -> int:
     return (62 - max(chunk - 1, 0).bit_length()) // 2
 
 
-def norms_l2(xp: torch.Tensor, top: torch.Tensor, cap: float) -> torch.Tensor:
+def norms_l2(xp: torch.Tensor, top: torch.Tensor, cap: float, chunk: int | None = None) -> torch.Tensor:
     """Per row of xp (rows x chunk, float32; top: each row's max |x|), the 2-norm computed
     as numba_stochastic.encode does: each |x| put on an integer grid of `headroom` bits
     (|x| * 2**k, top * 2**k < 2**h, truncated), the squares summed as int64, the root
     scaled back; at least the max, at most cap, 0 for a zero row. Integers sum exactly,
     in any order, so the two versions agree to the bit."""
-    k = headroom(xp.shape[1]) - torch.frexp(top).exponent.long()
+    k = _grid_exponent(top, chunk or xp.shape[1])
+    return _root(grid_squares(xp, k), k, top, cap)
+
+
+def _grid_exponent(top: torch.Tensor, chunk: int) -> torch.Tensor:
+    return headroom(chunk) - torch.frexp(top).exponent.long()
+
+
+def grid_squares(xp: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Per row of xp, the int64 sum of the squares of its |x| * 2**k (k per row), truncated."""
     one = torch.ones(k.shape, dtype=torch.float64, device=xp.device)
     g1 = torch.ldexp(one, torch.div(k, 2, rounding_mode="floor")).float().unsqueeze(1)
     g2 = torch.ldexp(one, k - torch.div(k, 2, rounding_mode="floor")).float().unsqueeze(1)
     a = ((xp.abs() * g1) * g2).to(torch.int32).long()
-    r = (torch.sqrt(a.mul_(a).sum(1).double()) * torch.ldexp(one, -k)).float()
+    return a.mul_(a).sum(1)
+
+
+def _root(squares: torch.Tensor, k: torch.Tensor, top: torch.Tensor, cap: float) -> torch.Tensor:
+    one = torch.ones(k.shape, dtype=torch.float64, device=top.device)
+    r = (torch.sqrt(squares.double()) * torch.ldexp(one, -k)).float()
     return torch.maximum(r, top).clamp_(max=cap)
 
 
-def _rows(x: torch.Tensor, chunk: int) -> torch.Tensor:
-    return torch.nn.functional.pad(x, (0, (-x.numel()) % chunk)).view(-1, chunk)
+def _sent(x: torch.Tensor, chunk: int, kind: int, s: int, cap: float) -> torch.Tensor:
+    """Each chunk's norm or scale (float32), read a step of kernels.piece entries at a
+    time: whole chunks per step, or, for longer chunks, each chunk in steps."""
+    n, step = x.numel(), kernels.piece(x.device)
+    width = min(chunk, n)
 
+    def finish(top, pieces):   # pieces: the rows, or each one chunk's steps side by side
+        if kind == ABSMAX:
+            return (top / s).clamp_(max=cap)
+        if kind == LEVELS_MAX:
+            return top.clamp(max=cap)
+        k = _grid_exponent(top, width)
+        return _root(sum(grid_squares(p, k) for p in pieces), k, top, cap)
 
-def _divisor(v: torch.Tensor) -> torch.Tensor:
-    return torch.where(v > 0, v, 1.0)
+    if chunk <= step:
+        rows = max(1, step // chunk)
+        parts = []
+        for a in range(0, n, rows * chunk):
+            b = min(a + rows * chunk, n)
+            xp = torch.nn.functional.pad(x[a:b], (0, (a - b) % chunk)).view(-1, chunk)
+            top = torch.linalg.vector_norm(xp, float("inf"), dim=1)
+            parts.append(finish(top, [xp]))
+        return torch.cat(parts)
+    sent = []
+    for c in range(0, n, chunk):
+        pieces = [x[a:b].view(1, -1) for a, b in kernels.spans(min(chunk, n - c), x.device, c)]
+        top = torch.stack([torch.linalg.vector_norm(p, float("inf"), dim=1) for p in pieces]).amax(0)
+        sent.append(finish(top, pieces))
+    return torch.cat(sent)
 
 
 def _encode_torch(x, chunk, kind, s, key, bits, cap):
     n = x.numel()
-    xp = _rows(x, chunk)
-    top = torch.linalg.vector_norm(xp, float("inf"), dim=1)
-    if kind == ABSMAX:
-        sent = (top / s).clamp_(max=cap)
-    elif kind == LEVELS_L2:
-        sent = norms_l2(xp, top, cap)
-    else:
-        sent = top.clamp(max=cap)
-    div = _divisor(sent).unsqueeze(1)
-    u = uniforms(key, xp.numel(), device=x.device).view_as(xp)
-    if kind == ABSMAX:
-        y = (xp / div).add_(s + 1).add_(u)
-        codes = y.floor_().clamp_(1, 2 * s + 1)
-    else:
-        level = (xp.abs() / div).mul_(s).add_(u).floor_().clamp_(0, s)
-        codes = torch.sign(xp) * level + s
-    return pack(codes.to(torch.uint8).reshape(-1)[:n], bits), sent
+    sent = _sent(x, chunk, kind, s, cap)
+    div = torch.where(sent > 0, sent, 1.0)
+    out = torch.empty(packed_size(n, bits), dtype=torch.uint8, device=x.device)
+    for a, b in kernels.spans(n, x.device):   # a step's temporaries, not the gradient's; a is on a byte
+        xa = x[a:b]
+        d = div[torch.arange(a, b, device=x.device) // chunk]
+        u = uniforms(key, b - a, start=a, device=x.device)
+        if kind == ABSMAX:
+            codes = (xa / d).add_(s + 1).add_(u).floor_().clamp_(1, 2 * s + 1)
+        else:
+            level = (xa.abs() / d).mul_(s).add_(u).floor_().clamp_(0, s)
+            codes = torch.sign(xa) * level + s
+        out[a * bits // 8: packed_size(b, bits)] = pack(codes.to(torch.uint8), bits)
+    return out, sent
 
 
 def encode(x: torch.Tensor, chunk: int, kind: int, s: int, key: int, bits: int, cap: float

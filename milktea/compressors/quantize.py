@@ -228,9 +228,13 @@ def _levels_layout(packet):
     return s, bits, chunk
 
 
-def _level_codes(packet, s, bits, n):
-    """The codes of a qsgd/terngrad packet, each checked to be a level in [0, 2 * levels]."""
-    return _checked_levels(packet, unpack(packet.parts[0], bits, n), s)
+def _check_level_codes(packet, s, bits):
+    """Every code of a qsgd/terngrad packet checked to be a level in [0, 2 * levels],
+    a step of the codes at a time (one device sync)."""
+    top = torch.zeros((), dtype=torch.uint8, device=packet.parts[0].device)
+    for a, b in kernels.spans(packet.numel, top.device):   # a is a multiple of 8: on a byte
+        top = torch.maximum(top, unpack(packet.parts[0][a * bits // 8: packed_size(b, bits)], bits, b - a).max())
+    _checked_levels(packet, top, s)
 
 
 def _checked_levels(packet, codes, s):
@@ -246,8 +250,10 @@ def _decode_levels(packet, out=None):
     steps = from_bytes(packet.parts[1], torch.float32) / s
     flat = res.view(-1) if res.dtype == torch.float32 else torch.empty(packet.numel, device=res.device)
     if not codes.decode(packet.parts[0], steps, chunk, s, bits, flat, allowed=2 * s, what=packet.codec):
-        levels = _level_codes(packet, s, bits, packet.numel)
-        flat.copy_((levels.float() - s) * steps.repeat_interleave(chunk)[:packet.numel])
+        _check_level_codes(packet, s, bits)   # all of them first: a malformed packet writes nothing
+        piece = _levels_piece(packet, bits, chunk, steps, s)
+        for a, b in kernels.spans(packet.numel, flat.device):
+            flat[a:b] = piece(a, b)
     if flat.data_ptr() != res.data_ptr():
         res.view(-1).copy_(flat)
     return res
