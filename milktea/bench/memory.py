@@ -22,12 +22,17 @@ block is freed (up to 32 MB), after which blocks of that size come from heaps it
 a hook that allocated and freed large temporaries every step would show them here.
 "release" starts every rank with MALLOC_MMAP_THRESHOLD_=131072, which pins the threshold
 so that freed blocks go back to the system.
+
+`--torch-ops` runs every rank with MILKTEA_NUMBA=0: the codecs' torch ops, a step of
+them at a time, and no compiled kernels, so no fixed cost (the row is then what loading
+milktea and running its torch path once costs).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -60,23 +65,34 @@ def measure_script(scheme: str, hidden: int, steps: int, workers: int, env: dict
         p = subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=900)
         ranks = [json.loads(f.read_text()) for f in sorted(Path(where).glob("rank*.json"))]
     if p.returncode or len(ranks) != workers:
-        last = [line for line in p.stderr.splitlines() if line.strip()][-1:] or ["no output"]
-        raise ScriptError(f"{scheme}: torchrun exited with {p.returncode}: {last[0][:200]}")
+        raise ScriptError(f"{scheme}: torchrun exited with {p.returncode}: {_cause(p.stderr)[:300]}")
     return ranks
 
 
+def _cause(stderr: str) -> str:
+    """The line of torchrun's output that says why: a rank's exception where one raised
+    (torchrun's own summary ends in rules of '=')."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip(" =-*")]
+    raised = [line for line in lines if re.match(r"\[rank\d+\]: \w+(Error|Exception)\b", line)]
+    return (raised or lines or ["no output"])[-1]
+
+
 def run(schemes_=SCHEMES, hidden: int = 337_000, steps: int = 3, workers: int = 2,
-        allocators=tuple(ALLOCATORS), kernels: bool = True, repeat: int = 3) -> list[dict]:
+        allocators=tuple(ALLOCATORS), kernels: bool = True, repeat: int = 3, torch_ops: bool = False
+        ) -> list[dict]:
     """One row per scheme: extra peak bytes over plain DDP under each allocator setting
     (`over_ddp_x[setting]`, a multiple of the model's size: for milktea's schemes over
     plain DDP with their kernels loaded; `with_kernels_x`: over plain DDP); with
     `kernels`, first a row for milktea's compiled kernels. Each figure is the median of
-    `repeat` launches, of the rank that needs the most in each."""
+    `repeat` launches, of the rank that needs the most in each. torch_ops: every rank
+    runs with MILKTEA_NUMBA=0 (as where the environment already says so)."""
+    torch_ops = torch_ops or os.environ.get("MILKTEA_NUMBA", "1") == "0"
+    extra = {"MILKTEA_NUMBA": "0"} if torch_ops else {}
     from milktea.distributed.schemes import MILKTEA, label
     ours = [s for s in schemes_ if s in MILKTEA and MILKTEA[s][1](0.01, 4) is not None]   # they load kernels
 
     def measure(scheme, setting):
-        runs = [max(r["peak_bytes"] for r in measure_script(scheme, hidden, steps, workers, ALLOCATORS[setting]))
+        runs = [max(r["peak_bytes"] for r in measure_script(scheme, hidden, steps, workers, {**ALLOCATORS[setting], **extra}))
                 for _ in range(repeat)]
         return statistics.median(runs), runs
 
@@ -87,7 +103,12 @@ def run(schemes_=SCHEMES, hidden: int = 337_000, steps: int = 3, workers: int = 
              "over_ddp_x": {a: 0.0 for a in allocators}}]
     names = ((KERNELS,) if kernels and ours else ()) + tuple(schemes_)
     for name in names:
-        shown = "milktea's kernels (once per process)" if name == KERNELS else label(name)
+        if name != KERNELS:
+            shown = label(name)
+        elif not torch_ops:
+            shown = "milktea's kernels (once per process)"
+        else:
+            shown = "milktea loaded, torch ops (once per process)"
         row = {"scheme": name, "label": shown, "target_x": TARGETS.get(name), "peak_bytes": {}, "runs": {},
                "over_ddp_x": {}, "with_kernels_x": {}}
         try:
@@ -149,6 +170,9 @@ def main(argv=None) -> int:
                     help=f"comma-separated, from: {', '.join(ALLOCATORS)}")
     ap.add_argument("--repeat", type=int, default=3, help="launches per figure, of which the median is shown")
     ap.add_argument("--no-kernels", action="store_true", help="skip the row of milktea's compiled kernels")
+    ap.add_argument("--torch-ops", action="store_true",
+                    help="run every rank with MILKTEA_NUMBA=0: torch's ops, never the compiled kernels "
+                         "(no fixed cost; slower codecs)")
     ap.add_argument("--out", default="results/bench_memory.json")
     a = ap.parse_args(argv)
     allocators = tuple(x for x in a.allocators.split(",") if x)
@@ -156,7 +180,7 @@ def main(argv=None) -> int:
     if unknown or not allocators:
         ap.error(f"--allocators: choose from {', '.join(ALLOCATORS)}, got {a.allocators!r}")
     rows = run(tuple(s for s in a.schemes.split(",") if s), a.hidden, a.steps, a.workers, allocators,
-               kernels=not a.no_kernels, repeat=max(1, a.repeat))
+               kernels=not a.no_kernels, repeat=max(1, a.repeat), torch_ops=a.torch_ops)
     print(table(rows, a.workers))
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     with open(a.out, "w") as f:

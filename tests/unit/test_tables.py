@@ -106,3 +106,25 @@ def test_memory_table_checks_targets_and_keeps_failed_schemes():
     # checked on glibc's defaults, what a user's script gets; the kernels' row has no target
     assert [line.split()[-1] for line in text.splitlines()[4:7]] == ["1.25x", "ok", "MISSED"]
     assert text.splitlines()[-1] == "Sign+EF                               not measured: ScriptError: sign: torchrun exited with 1"
+
+
+def test_memory_run_with_torch_ops_starts_every_rank_without_kernels(monkeypatch):
+    seen = []
+
+    def fake_script(scheme, hidden, steps, workers, env=None):
+        seen.append((scheme, dict(env or {})))
+        peak = {"plain": 500e6, "kernels:sign": 510e6, "sign": 620e6}[scheme]
+        return [{"peak_bytes": peak}] * workers
+    monkeypatch.setattr(memory, "measure_script", fake_script)
+    monkeypatch.delenv("MILKTEA_NUMBA", raising=False)
+    rows = memory.run(("sign",), hidden=337_000, allocators=("glibc default",), repeat=1, torch_ops=True)
+    assert [s for s, _ in seen] == ["plain", "kernels:sign", "sign"]
+    assert all(env.get("MILKTEA_NUMBA") == "0" for _, env in seen)       # plain DDP too: one setting for all
+    assert rows[1]["label"] == "milktea loaded, torch ops (once per process)"
+    model = memory._model_bytes(337_000)
+    assert rows[2]["over_ddp_x"]["glibc default"] == (620e6 - 510e6) / model
+    assert rows[2]["with_kernels_x"]["glibc default"] == (620e6 - 500e6) / model
+    seen.clear()
+    rows = memory.run(("sign",), allocators=("glibc default",), repeat=1)
+    assert all("MILKTEA_NUMBA" not in env for _, env in seen)
+    assert rows[1]["label"] == "milktea's kernels (once per process)"
