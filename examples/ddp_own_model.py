@@ -36,3 +36,4 @@ if rank == 0:
     print(f"{state.stats.last.ratio:.1f}x smaller per step; validation {task.evaluate(model.module)}")
 state.close()
 dist.destroy_process_group()
+milktea.ddp.end_script()   # flush, then leave at once: a normal exit can abort in gloo's threads

@@ -78,4 +78,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    from milktea.distributed.worker import end_process
+    end_process(code)   # a normal exit can abort in gloo's threads (see end_process)

@@ -28,3 +28,24 @@ def test_torchrun_training_exits_zero_ten_times_in_a_row():
         assert r.returncode == 0 and "terminate called" not in r.stderr, \
             f"run {attempt + 1} of 10 ended with {r.returncode}:\n{r.stderr[-3000:]}"
         assert "int8: 2 workers" in r.stdout
+
+
+def _python(code, *flags):
+    return subprocess.run([sys.executable, *flags, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+def test_end_script_flushes_and_leaves_with_its_code():
+    # no atexit handler runs after it: the process is gone before the interpreter's tear-down
+    r = _python("import atexit, sys, milktea.ddp\n"
+                "atexit.register(lambda: print('tear-down ran'))\n"
+                "sys.stdout.write('unflushed'); sys.stderr.write('err')\n"
+                "milktea.ddp.end_script(3)\n"
+                "print('after')")
+    assert (r.returncode, r.stdout, r.stderr) == (3, "unflushed", "err")
+
+
+def test_end_script_in_an_interactive_session_returns():
+    r = _python("import milktea.ddp\nmilktea.ddp.end_script(3)\nprint('the session goes on')", "-i")
+    assert r.returncode == 0 and "the session goes on" in r.stdout, r.stderr

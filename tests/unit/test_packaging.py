@@ -1,4 +1,6 @@
 """The ways in stay in step: pyproject.toml, environment.yml, the README's commands, CI."""
+import contextlib
+import os
 import re
 
 import pytest
@@ -93,12 +95,20 @@ def test_python_version_floor_is_what_the_readme_promises(repo_root):
     assert floor.contains("3.11"), "the README promises Python 3.11"
 
 
-def test_readme_python_examples_run(repo_root):
+def test_readme_python_examples_run(repo_root, monkeypatch):
     """Every ```python block in the README runs as written."""
     blocks = re.findall(r"^```python\n(.*?)^```", (repo_root / "README.md").read_text(), re.M | re.S)
     assert blocks, "README.md has no python example"
+    exits = []
+
+    def _exit(code):                     # the example's last line leaves the process
+        exits.append(code)
+        raise SystemExit(code)
+    monkeypatch.setattr(os, "_exit", _exit)
     for code in blocks:
-        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+        with contextlib.suppress(SystemExit):
+            exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+    assert exits == [0], "the example should end with milktea.ddp.end_script() and leave with 0"
 
 
 def test_license_is_the_one_pyproject_names(repo_root):
