@@ -79,5 +79,5 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     code = main()
-    from milktea.distributed.worker import end_process
-    end_process(code)   # a normal exit can abort in gloo's threads (see end_process)
+    import milktea.ddp
+    milktea.ddp.end_script(code)   # a normal exit can abort in gloo's threads (see end_script)
