@@ -12,7 +12,7 @@ ops (they wrap as the 64-bit hash needs) and runs on any device.
 
 QSGD's 2-norm is computed so that the order of the sum cannot change it: each |x| is put
 on an integer grid of (62 - log2(chunk)) / 2 bits below the chunk's max, and the squares
-of those integers are summed (see norms_l2).
+of those integers are summed (see _grid_exponent).
 
 >>> import torch
 >>> u = uniforms(key=7, n=100_000)
@@ -114,21 +114,15 @@ def headroom(chunk: int) -> int:
     return (62 - max(chunk - 1, 0).bit_length()) // 2
 
 
-def norms_l2(xp: torch.Tensor, top: torch.Tensor, cap: float, chunk: int | None = None) -> torch.Tensor:
-    """Per row of xp (rows x chunk, float32; top: each row's max |x|), the 2-norm computed
-    as numba_stochastic.encode does: each |x| put on an integer grid of `headroom` bits
-    (|x| * 2**k, top * 2**k < 2**h, truncated), the squares summed as int64, the root
-    scaled back; at least the max, at most cap, 0 for a zero row. Integers sum exactly,
-    in any order, so the two versions agree to the bit."""
-    k = _grid_exponent(top, chunk or xp.shape[1])
-    return _root(grid_squares(xp, k), k, top, cap)
-
-
+# QSGD's 2-norm, as numba_stochastic.encode computes it: each |x| put on an integer grid
+# of `headroom` bits (|x| * 2**k, top * 2**k < 2**h, truncated), the squares summed as
+# int64, the root scaled back; at least the max, at most cap, 0 for a zero chunk.
+# Integers sum exactly, in any order (and over any steps), so the two agree to the bit.
 def _grid_exponent(top: torch.Tensor, chunk: int) -> torch.Tensor:
     return headroom(chunk) - torch.frexp(top).exponent.long()
 
 
-def grid_squares(xp: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+def _grid_squares(xp: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Per row of xp, the int64 sum of the squares of its |x| * 2**k (k per row), truncated."""
     one = torch.ones(k.shape, dtype=torch.float64, device=xp.device)
     g1 = torch.ldexp(one, torch.div(k, 2, rounding_mode="floor")).float().unsqueeze(1)
@@ -155,7 +149,7 @@ def _sent(x: torch.Tensor, chunk: int, kind: int, s: int, cap: float) -> torch.T
         if kind == LEVELS_MAX:
             return top.clamp(max=cap)
         k = _grid_exponent(top, width)
-        return _root(sum(grid_squares(p, k) for p in pieces), k, top, cap)
+        return _root(sum(_grid_squares(p, k) for p in pieces), k, top, cap)
 
     if chunk <= step:
         rows = max(1, step // chunk)
