@@ -63,6 +63,12 @@ def main(argv=None) -> int:
                                         "task (empty points: a comment only); kept on every rerun")
     ap.add_argument("--feedback-stage", choices=report.STAGES, default="after_due_date",
                     help="what feedback shows of hidden tests, by their visibility (after_due_date)")
+    ap.add_argument("--late-penalty", metavar="RULE",
+                    help="take points off late submissions: P%% (any late one), P%%/day (per started day), "
+                         "P%%/day,max=Q%%; lateness from Canvas's _LATE_ names or --submitted (see docs/grading.md)")
+    ap.add_argument("--due", help="the due date, e.g. 2026-12-01T23:59 (with --submitted)")
+    ap.add_argument("--submitted", metavar="CSV", help="CSV with the header student,submitted: each student's "
+                                                       "submission time (an LMS export), compared with --due")
     ap.add_argument("--trust-submissions", action="store_true",
                     help="grade even where student code can't be isolated (no bubblewrap, macOS); "
                          "the summary and run.json then say the run was not isolated")
@@ -72,7 +78,8 @@ def main(argv=None) -> int:
     try:
         grade_class(args.submissions, args.out, args.solutions, args.hidden, args.seed, limits,
                     args.chapter, args.jobs, trust=args.trust_submissions, roster=args.roster,
-                    overrides=args.overrides, stage=args.feedback_stage)
+                    overrides=args.overrides, stage=args.feedback_stage, late_rule=args.late_penalty,
+                    due=args.due, submitted=args.submitted)
     except SetupError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -12,22 +12,22 @@ Written to OUT_DIR, each file atomically:
 Student code runs in a sandbox (isolation.py); where none can be built, grading refuses unless
 `trust=True` (--trust-submissions), and the summary and run.json then say the run was not isolated.
 A rerun reuses every record whose signature holds and whose inputs are the same (notebooks,
-seed, cases, limits), so an interrupted run resumes without losing or repeating a grade; the
-outputs are rendered again from the records each time, with the overrides file on top.
+seed, tests files, limits, the grader's own code), so an interrupted run resumes without losing
+or repeating a grade; the outputs are rendered again from the records each time, with the
+overrides file and the late policy on top, and a file an earlier run wrote that this one did
+not is removed (outdir.py).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import re
-import secrets
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
 from . import assignment as assignments_
-from . import isolation, lms, records, report
+from . import isolation, late, lms, outdir, records, report
 from .. import i18n
 from ..i18n import _
 from .evaluate import failed_all, grade_notebook
@@ -67,6 +67,8 @@ def _by_roster(found: dict, roster) -> tuple[dict, dict]:
             out[name], status[name] = st, "not on the roster"
             continue
         merged = out.setdefault(sid, Student(sid))
+        merged.late = late.merge(merged.late, st.late)
+        merged.fault = merged.fault or st.fault
         for ch, sub in st.files.items():
             if ch in merged.files:
                 merged.note(lazy("{path}: a second file for {name} (from {student}), ignored", path=sub.shown,
@@ -87,8 +89,12 @@ def _overrides(path, known_students, tasks) -> dict:
     for student, task, value, comment in lms.read_overrides(path):
         if student not in known_students:
             raise SetupError(f"--overrides {path}: no student {student!r} in this class")
+        if task == "late":   # the late penalty's points for this student, instead of the rule's
+            out.setdefault(student, {})[task] = report.Override(value, comment)
+            continue
         if task not in points:
-            raise SetupError(f"--overrides {path}: no task {task!r} in this run (tasks: {', '.join(points)})")
+            raise SetupError(f"--overrides {path}: no task {task!r} in this run (tasks: {', '.join(points)}; "
+                             "or late, for the late penalty)")
         if value is not None and value > points[task] + 1e-9:
             raise SetupError(f"--overrides {path}: {value:g} points for {student}, task {task}: the task is worth "
                              f"{points[task]:g}")
@@ -126,39 +132,26 @@ def _grade_student(st, chapters, prepared, limits, deny, sandbox) -> list:
     return results
 
 
-def _prepare_out(out: str):
-    for sub in ("results", "feedback", records.STATE, "."):
-        os.makedirs(os.path.join(out, sub), exist_ok=True)
-        for name in os.listdir(os.path.join(out, sub)):   # left by a run killed mid-write
-            if re.search(r"\.tmp\d+$", name):
-                os.remove(os.path.join(out, sub, name))
-
-
-def _seed(out: str, seed):
-    run_file = os.path.join(out, "run.json")
-    if seed is None and os.path.exists(run_file):
-        try:
-            with open(run_file) as f:
-                seed = json.load(f).get("seed")
-        except (OSError, ValueError, AttributeError):
-            seed = None
-    return secrets.randbelow(10**9) if not isinstance(seed, int) or isinstance(seed, bool) else seed
-
-
 def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden: str | None = None,
                 seed: int | None = None, limits: Limits = Limits(), chapter: str | None = None,
                 jobs: int = 1, progress: bool = True, trust: bool = False, box=None, roster: str | None = None,
-                overrides: str | None = None, stage: str = "after_due_date") -> dict:
+                overrides: str | None = None, stage: str = "after_due_date", late_rule: str | None = None,
+                due: str | None = None, submitted: str | None = None) -> dict:
     """Grade every submission; returns {student: results JSON}. See the module docstring.
     `solutions`: the folder of master notebooks (each with its NAME.tests.py); `chapter`: grade
     only this assignment; `roster`: a CSV of the class (absent students get a row); `overrides`:
     a CSV of the instructor's own points per student and task; `stage`: what feedback shows of
-    the hidden tests (report.STAGES); `box`: the isolation.Sandbox (default: isolation.probe())."""
+    the hidden tests (report.STAGES); `late_rule`, `due`, `submitted`: the late policy (late.py);
+    `box`: the isolation.Sandbox (default: isolation.probe()). Nothing is written to `out`
+    until every trusted input has been read and every reference answer computed."""
     if stage not in report.STAGES:
         raise SetupError(f"--feedback-stage must be one of {', '.join(report.STAGES)}, not {stage!r}")
+    outdir.check(out, {"the submissions folder": submissions, "--solutions": solutions, "--hidden": hidden})
     found_assignments = assignments_.find(solutions, [chapter] if chapter else None)
     hidden_files = check_hidden_dir(hidden, assignments_.names(solutions))
     class_list = lms.Roster.read(roster) if roster else None
+    rule = late.Rule.parse(late_rule) if late_rule else None
+    times = late.days_late(submitted, due)
     box = isolation.probe() if box is None else box
     if not box.isolated and not trust:
         raise SetupError(refusal(box))
@@ -177,23 +170,34 @@ def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden
     tasks = [t for ch in chapters for t in found_assignments[ch].tasks]
     everyone = list(found) + [sid for sid in (class_list.ids if class_list else []) if sid not in found]
     changes = _overrides(overrides, set(everyone), tasks)
-    _prepare_out(out)
-    secret = records.resume_key(out)
-    seed = _seed(out, seed)
-    # every trusted input is read (and hashed) here, before any student code runs
+    seed = outdir.seed(out, seed)
+    # every trusted input is read (and hashed) here, before any student code runs and before
+    # anything is written: a failing reference leaves --out as it was
     prepared = {ch: prepare(found_assignments[ch], seed, hidden_files.get(ch)) for ch in chapters}
+    unknown = sorted(set(times) - set(everyone))
+    if unknown:
+        raise SetupError(f"--submitted {submitted}: no student {unknown[0]!r} in this class")
+    outdir.make(out)
+    secret = records.resume_key(out)
     isolated = box.isolated
     how = box.describe() if isolated else f"NOT ISOLATED (--trust-submissions): {box.why}"
     atomic_write(os.path.join(out, "run.json"), json.dumps(
-        {"seed": seed, "version": records.VERSION, "isolated": isolated, "isolation": how, "stage": stage,
+        {"seed": seed, "version": records.VERSION, "grader": records.grader_version(), "isolated": isolated,
+         "isolation": how, "stage": stage, "late_penalty": str(rule) if rule else None,
          "inputs": {k: v for ch in prepared.values() for k, v in ch.inputs.items()}}, indent=1) + "\n")
     sandbox = box if isolated else None
     deny = [os.path.abspath(p) for p in (solutions, hidden, out, submissions) if p]
-    config = json.dumps([records.VERSION, seed, isolated, {c: fingerprint(p) for c, p in prepared.items()},
+    # what a grade depends on, all of it: a change to any regrades (the tests file and hidden
+    # tests byte for byte, the masters, the seed, the limits, the grader's own code)
+    config = json.dumps([records.VERSION, records.grader_version(), seed, isolated,
+                         {c: [fingerprint(p), sorted(p.inputs.values())] for c, p in prepared.items()},
                          limits.__dict__])
 
-    kept, todo = {}, []
+    kept, todo, errors = {}, [], {}
     for name, st in found.items():
+        if st.fault:   # the grader failed while reading this student's files: retried next run
+            errors[name] = st.fault
+            continue
         key = hashlib.sha256((config + json.dumps(sorted((c or "", s.digest) for c, s in st.files.items()))
                               + json.dumps([text_key(n) for n in st.notes])).encode()).hexdigest()
         old = records.load(out, name, secret, key)
@@ -201,6 +205,7 @@ def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden
             kept[name] = old
         else:
             todo.append((name, st, key))
+    reused = len(kept)
 
     def work(item):
         name, st, key = item
@@ -209,7 +214,7 @@ def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden
             return records.make(name, _grade_student(st, chapters, prepared, limits, deny, sandbox), key, seed,
                                 lang, secret)
 
-    start, bar, errors, trouble = time.monotonic(), _bar(len(todo), progress), {}, []
+    start, bar, trouble = time.monotonic(), _bar(len(todo), progress), []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = [pool.submit(_safely, work, item) for item in todo]
         for (name, _st, _key), fut in zip(todo, futures):
@@ -228,34 +233,43 @@ def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden
                          "results": [failed_all(prepared[ch], "", "not_submitted", _("{name} was not submitted")
                                                 .format(name=f"{ch}.ipynb")).to_dict() for ch in chapters]}
             status[sid] = "not submitted"
-    rendered = _render(out, kept, errors, everyone, status, changes, tasks, stage)
+    lateness = {sid: late.merge(found[sid].late if sid in found else None, times.get(sid)) for sid in everyone}
+    rendered, written = _render(out, kept, errors, everyone, status, changes, tasks, stage,
+                                report.Policy(rule, lateness), class_list)
+    removed = outdir.tidy(out, written)
     text = report.summary(rendered, tasks, len(todo) - len(errors), time.monotonic() - start,
-                          notes + trouble, how, errors)
+                          notes + trouble + [f"removed {r}: written by an earlier run, not by this one" for r in removed],
+                          how, errors, reused)
     atomic_write(os.path.join(out, "summary.txt"), text)
     if progress:
         print(text)
     return rendered
 
 
-def _render(out, kept, errors, everyone, status, changes, tasks, stage) -> dict:
-    """Write every student's results JSON and feedback, and the table; returns the results."""
-    rendered, rows = {}, []
+def _render(out, kept, errors, everyone, status, changes, tasks, stage, policy, class_list) -> tuple:
+    """Write every student's results JSON and feedback, and the table; returns the results and
+    the files written (relative to `out`)."""
+    rendered, rows, written = {}, [], set()
     for student in sorted(everyone):
         if student in errors:
             rows.append((student, None, "grader error (rerun to retry)"))
             continue
         record, mine = kept[student], changes.get(student, {})
-        rendered[student] = report.results_json(student, record, mine)
-        atomic_write(os.path.join(out, "results", safe_name(student) + ".json"),
-                     json.dumps(rendered[student], indent=1) + "\n")
-        atomic_write(os.path.join(out, "feedback", safe_name(student) + ".txt"),
-                     report.feedback(student, record, stage, mine))
+        if not record.get("absent"):
+            written.add(f"{records.STATE}/{safe_name(student)}.json")
+        rendered[student] = report.results_json(student, record, mine, policy)
+        for folder, suffix, text in (("results", ".json", json.dumps(rendered[student], indent=1) + "\n"),
+                                     ("feedback", ".txt", report.feedback(student, record, stage, mine, policy))):
+            atomic_write(os.path.join(out, folder, safe_name(student) + suffix), text)
+            written.add(f"{folder}/{safe_name(student)}{suffix}")
         state = status.get(student, "")
-        if mine:
+        if any(o.points is not None for o in mine.values()):   # a comment alone changes no score
             state = (state + "; " if state else "") + "adjusted by the instructor"
+        if rendered[student]["extra_data"].get("late"):
+            state = (state + "; " if state else "") + "late"
         rows.append((student, rendered[student], state))
-    atomic_write(os.path.join(out, "grades.csv"), report.csv_text(rows, tasks))
-    return rendered
+    atomic_write(os.path.join(out, "grades.csv"), report.csv_text(rows, tasks, class_list))
+    return rendered, written
 
 
 def _bar(total, show):

@@ -23,7 +23,7 @@ import re
 
 from .assignment import SetupError
 
-_CANVAS = re.compile(r"^(?P<login>[^_/]+?)(?:_LATE)?_(?P<uid>\d+)_(?P<sub>\d+)_(?P<orig>.+)$")
+_CANVAS = re.compile(r"^(?P<login>[^_/]+?)(?P<late>_LATE)?_(?P<uid>\d+)_(?P<sub>\d+)_(?P<orig>.+)$")
 _MOODLE = re.compile(r"^(?P<name>.+?)_(?P<pid>\d+)_assignsubmission_(?:file|onlinetext)_?$")
 ID_COLUMNS = ("id", "student", "student_id", "student id", "sid", "login", "username", "user")
 MAX_ROSTER_BYTES = 8 << 20
@@ -44,6 +44,16 @@ def keys(name: str) -> tuple[list, str | None]:
     return [], None
 
 
+def late(name: str) -> bool | None:
+    """True when an LMS download name says the submission was late (Canvas's `_LATE_`), else None.
+
+    >>> late("ada_LATE_12345_678901_03_topk.ipynb"), late("ada_12345_678901_03_topk.ipynb")
+    (True, None)
+    """
+    m = _CANVAS.match(name)
+    return True if m and m["late"] else None
+
+
 def gradescope_submitters(text: str) -> dict:
     """{"submission_123": [sid, email, name, ...]} from Gradescope's submission_metadata.yml,
     read line by line (only the submitters' :sid:, :email: and :name: are needed)."""
@@ -62,9 +72,10 @@ def gradescope_submitters(text: str) -> dict:
 class Roster:
     """The class list: `ids` in order, and every alias of each id."""
 
-    def __init__(self, rows: list, where: str = "roster"):
-        self.ids, self.alias = [], {}
+    def __init__(self, rows: list, where: str = "roster", columns=()):
+        self.ids, self.alias, self.columns, self._info = [], {}, list(columns), {}
         for n, (sid, aliases) in enumerate(rows, 2):
+            self._info[sid] = [a.strip() for a in aliases]
             if not sid:
                 raise SetupError(f"{where}, line {n}: no student id")
             if sid in self.ids:
@@ -93,7 +104,12 @@ class Roster:
         header = [norm(h) for h in rows[0]]
         col = next((header.index(c) for c in ID_COLUMNS if c in header), 0)
         return cls([(r[col].strip() if col < len(r) else "", [c for i, c in enumerate(r) if i != col])
-                    for r in rows[1:]], f"--roster {path}")
+                    for r in rows[1:]], f"--roster {path}", [h.strip() for i, h in enumerate(rows[0]) if i != col])
+
+    def info(self, sid: str) -> list:
+        """The roster's other columns (names, emails, ...) for `sid`; empty for one not on it."""
+        values = self._info.get(sid, [])
+        return (values + [""] * len(self.columns))[:len(self.columns)]
 
     def find(self, candidates) -> str | None:
         """The id that any of `candidates` names, or None."""

@@ -94,7 +94,7 @@ def notebook_text(nb: dict) -> str:
 def atomic_write(path: str, text: str) -> None:
     """Write a temporary file next to `path`, flush it to disk, then rename it over `path`:
     a reader sees the old file or the new one, never half of one."""
-    tmp = f"{path}.tmp{os.getpid()}"
+    tmp = f"{path}.milktea-tmp{os.getpid()}"   # outdir.py removes these after a crash
     with open(tmp, "w", encoding="utf-8", errors="backslashreplace") as f:
         f.write(text)
         f.flush()

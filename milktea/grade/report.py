@@ -18,10 +18,11 @@ import csv
 import io
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import i18n
 from ..i18n import N_, _
+from . import late
 from .check import format_result
 from .evaluate import WORDS, NotebookResult
 from .records import results_of
@@ -35,6 +36,42 @@ WORDS.setdefault("adjusted", N_("adjusted by the instructor"))
 class Override:
     points: float | None       # None: the autograder's score stands (a comment only)
     comment: str
+
+
+@dataclass
+class Policy:
+    """The late policy of a run: the rule (late.Rule, or None) and each student's lateness."""
+    rule: object = None
+    lateness: dict = field(default_factory=dict)
+
+    def of(self, student: str, score: float, overrides: dict) -> dict | None:
+        """{"late", "penalty", "rule", "comment"} for a late student (or one with a `late`
+        override), None otherwise."""
+        late_ = self.lateness.get(student)
+        o = overrides.get("late")
+        if o is None and (self.rule is None or not late.describe(late_)):
+            return None
+        penalty = self.rule.penalty(score, late_) if self.rule is not None else 0.0
+        if o is not None and o.points is not None:
+            penalty = min(o.points, score)
+        return {"late": late.describe(late_), "penalty": round(penalty, 2), "rule": str(self.rule or ""),
+                "comment": o.comment if o is not None else ""}
+
+
+def _late_text(info: dict) -> str:
+    text = _("late penalty: -{points:g} points").format(points=info["penalty"])
+    if info["late"]:
+        text += " (" + _("late: {late}").format(late=info["late"]) + (f", {info['rule']}" if info["rule"] else "") + ")"
+    return text + (f": {info['comment']}" if info["comment"] else "")
+
+
+def printed(res: NotebookResult) -> list:
+    """What the code printed while its public cases ran (the last 8 KiB), as feedback lines."""
+    text = res.output.strip("\n")
+    if not text.strip():
+        return []
+    return ["  " + _("what your code printed (the last 8 KiB, public tests only):")] + [
+        "    | " + line for line in text.splitlines()]
 
 
 def hidden_shown(visibility: str, stage: str) -> bool:
@@ -57,11 +94,12 @@ def view(res: NotebookResult, stage: str, overrides: dict) -> NotebookResult:
     out = copy.deepcopy(res)
     for t in out.tasks:
         o = overrides.get(t.id)
-        if o is not None:
+        if o is not None and o.points is not None:
             t.lines = list(t.lines) + [_adjusted(t, o)]
-            if o.points is not None:
-                t.score, t.kind = o.points, "adjusted"
+            t.score, t.kind = o.points, "adjusted"
             continue
+        if o is not None:   # a comment alone: the task is shown as it is, the comment beside it
+            t.lines = list(t.lines) + [_("the instructor's comment: {comment}").format(comment=o.comment or "-")]
         if t.total > t.public_total and not hidden_shown(t.visibility, stage):
             hidden = round(t.points - t.public_max, 2)
             t.score, t.points, t.kind = t.public_score, t.public_max, t.public_kind
@@ -73,22 +111,30 @@ def view(res: NotebookResult, stage: str, overrides: dict) -> NotebookResult:
     return out
 
 
-def feedback(student: str, record: dict, stage: str, overrides: dict) -> str:
+def feedback(student: str, record: dict, stage: str, overrides: dict, policy: Policy | None = None) -> str:
     """The feedback file of one student, in the language of their notebooks."""
     with i18n.speaking(record.get("lang", "en")):
-        if record.get("absent"):
-            return _("Feedback for {student}").format(student=student) + "\n\n" + _("nothing was submitted") + "\n"
         parts = [_("Feedback for {student}").format(student=student), ""]
+        if record.get("absent"):
+            parts += [_("nothing was submitted"), ""]
         shown = [view(r, stage, overrides) for r in results_of(record)]
-        for res in shown:
+        for res in ([] if record.get("absent") else shown):
             name = os.path.basename(res.path) or f"{res.chapter}.ipynb"
             parts += [_("{name}: {score:g} / {points:g}").format(name=name, score=res.score, points=res.points),
-                      format_result(res), ""]
+                      format_result(res)] + printed(res) + [""]
         total, points = sum(r.score for r in shown), sum(r.points for r in shown)
         later = sum(t.points for r in results_of(record) for t in r.tasks) - points
-        parts.append(_("Total: {total:g} / {points:g} (public and hidden tests)").format(total=total, points=points))
+        info = (policy or Policy()).of(student, total, overrides)   # on what is shown: hidden scores stay hidden
+        if info:
+            parts.append(_late_text(info))
+            total = max(0.0, total - info["penalty"])
         if later > 0.005:
+            parts.append(_("Total so far: {total:g} / {points:g} (public tests, and hidden tests already shown)")
+                         .format(total=round(total, 2), points=points))
             parts.append(_("{points:g} more points of hidden tests are shown later").format(points=round(later, 2)))
+        else:
+            parts.append(_("Total: {total:g} / {points:g} (public and hidden tests)").format(total=round(total, 2),
+                                                                                            points=points))
     return "\n".join(parts) + "\n"
 
 
@@ -97,9 +143,20 @@ def _entry(name, number, score, max_score, visibility, output) -> dict:
             "visibility": visibility, "status": "passed" if score >= max_score - 1e-9 else "failed", "output": output}
 
 
-def results_json(student: str, record: dict, overrides: dict) -> dict:
+def _hidden_output(t) -> str:
+    """What the hidden entry says: never "passed" unless its points were all earned."""
+    if t.hidden_lines:
+        return "\n".join(t.hidden_lines)
+    if t.score - t.public_score >= t.points - t.public_max - 1e-9:
+        return _("all hidden checks passed")
+    return _("the hidden checks were not passed: {why}").format(why=_(WORDS.get(t.kind, t.kind or "?")))
+
+
+def results_json(student: str, record: dict, overrides: dict, policy: Policy | None = None) -> dict:
     """Gradescope's results format: per task a visible entry for its public cases and, when it has
-    hidden cases, one with the task's visibility for those; overrides replace both by one."""
+    hidden cases, one with the task's visibility for those; an override of the points replaces
+    both by one (a comment alone is added to the public entry); a late penalty is an entry of its
+    own, negative."""
     tests, kinds, applied = [], {}, []
     with i18n.speaking(record.get("lang", "en")):
         for res in results_of(record):
@@ -107,26 +164,35 @@ def results_json(student: str, record: dict, overrides: dict) -> dict:
                 kinds[t.id] = t.kind
                 o = overrides.get(t.id)
                 if o is not None:
-                    score = t.score if o.points is None else o.points
-                    tests.append(_entry(f"{t.id} {t.title}", t.id, score, t.points, "visible",
-                                        "\n".join(list(t.lines) + [_adjusted(t, o)])))
                     applied.append({"task": t.id, "points": o.points, "comment": o.comment, "autograder": t.score})
+                if o is not None and o.points is not None:
+                    tests.append(_entry(f"{t.id} {t.title}", t.id, o.points, t.points, "visible",
+                                        "\n".join(list(t.lines) + [_adjusted(t, o)])))
                     continue
+                comment = [_("the instructor's comment: {comment}").format(comment=o.comment or "-")] if o else []
                 tests.append(_entry(f"{t.id} {t.title}", t.id, t.public_score, t.public_max, "visible",
-                                    "\n".join(t.lines) or _("all public checks passed")))
+                                    "\n".join(list(t.lines) + comment) or _("all public checks passed")))
                 if t.total > t.public_total:
                     tests.append(_entry(f"{t.id} {t.title} ({_('hidden tests')})", f"{t.id}h",
                                         t.score - t.public_score, t.points - t.public_max, t.visibility,
-                                        "\n".join(t.hidden_lines) or _("all hidden checks passed")))
+                                        _hidden_output(t)))
         score = round(sum(t["score"] for t in tests), 2)
         points = round(sum(t["max_score"] for t in tests), 2)
+        info = (policy or Policy()).of(student, score, overrides)
+        if info:
+            tests.append({"name": _("late penalty"), "number": "late", "score": -info["penalty"], "max_score": 0,
+                          "visibility": "visible", "status": "failed" if info["penalty"] else "passed",
+                          "output": _late_text(info)})
+            score = round(max(0.0, score - info["penalty"]), 2)
         notes = [n for r in results_of(record) for n in r.notes]
         output = _("{student}: {score:g} / {points:g} points").format(student=student, score=score, points=points)
         if record.get("absent"):
             output += "\n" + _("nothing was submitted")
+        for res in results_of(record):
+            output += "".join("\n" + line for line in printed(res))
     return {"score": score, "output": output, "visibility": "visible", "stdout_visibility": "hidden",
             "tests": tests, "extra_data": {"student": student, "seed": record.get("seed"), "kinds": kinds,
-                                           "notes": notes, "overrides": applied}}
+                                           "notes": notes, "overrides": applied, "late": info}}
 
 
 def task_scores(rendered: dict) -> dict:
@@ -138,26 +204,50 @@ def task_scores(rendered: dict) -> dict:
     return out
 
 
-def csv_text(rows: list, tasks: list) -> str:
-    """grades.csv: one row per student (student, one column per task, total, status)."""
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def cell(text) -> str:
+    """A CSV cell a spreadsheet shows as text: one that starts like a formula (= + - @, a tab or a
+    carriage return) gets a leading apostrophe, so `=HYPERLINK(...)` in a folder name stays text.
+
+    >>> cell('=HYPERLINK("x")'), cell("-1"), cell("ada")
+    ('\'=HYPERLINK("x")', "'-1", 'ada')
+    """
+    text = str(text)
+    return "'" + text if text.startswith(_FORMULA) else text
+
+
+def csv_text(rows: list, tasks: list, roster=None) -> str:
+    """grades.csv: one row per student (student, the roster's other columns, one column per task,
+    the late penalty when there is one, total, status). Every text cell is neutralised (`cell`)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["student"] + [f"{t.id} ({t.points:g})" for t in tasks]
-               + [f"total ({sum(t.points for t in tasks):g})", "status"])
+    extra = roster.columns if roster is not None else []
+    lateness = any(r is not None and r["extra_data"].get("late") for _s, r, _st in rows)
+    w.writerow([cell(h) for h in ["student"] + extra + [f"{t.id} ({t.points:g})" for t in tasks]
+                + (["late", "late penalty"] if lateness else [])
+                + [f"total ({sum(t.points for t in tasks):g})", "status"]])
     for student, rendered, status in rows:
+        info = roster.info(student) if roster is not None else []
         if rendered is None:
-            w.writerow([student] + [""] * len(tasks) + ["", status])
+            w.writerow([cell(x) for x in [student] + info] + [""] * (len(tasks) + 2 * lateness) + ["", cell(status)])
             continue
         scores = task_scores(rendered)
-        w.writerow([student] + [f"{scores.get(t.id, 0):g}" for t in tasks] + [f"{rendered['score']:g}", status])
+        late_ = rendered["extra_data"].get("late") or {}
+        w.writerow([cell(x) for x in [student] + info] + [f"{scores.get(t.id, 0):g}" for t in tasks]
+                   + ([cell(late_.get("late", "")), f"{late_['penalty']:g}" if late_ else ""] if lateness else [])
+                   + [f"{rendered['score']:g}", cell(status)])
     return buf.getvalue()
 
 
-def summary(rendered: dict, tasks: list, graded: int, seconds: float, notes: list, how: str, errors: dict) -> str:
-    """The instructor's summary: means and full marks per task, failures by kind, what was skipped."""
+def summary(rendered: dict, tasks: list, graded: int, seconds: float, notes: list, how: str, errors: dict,
+            reused: int = 0) -> str:
+    """The instructor's summary: means and full marks per task, failures by kind, what was skipped.
+    `reused`: records kept from an earlier run (students absent from a roster are not records)."""
     n = len(rendered)
     lines = [f"Graded {graded} submission{'s' if graded != 1 else ''} in {seconds:.1f} s "
-             f"({n - graded - len(errors)} kept from an earlier run); {n + len(errors)} in the table.",
+             f"({reused} kept from an earlier run); {n + len(errors)} in the table.",
              f"Isolation: {how}" if how else "", "",
              f"{'task':<6} {'mean':>6} {'max':>5}  full marks"]
     kinds = Counter()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import stat
+import traceback
 from dataclasses import dataclass, field
 
 from . import formats, lms
@@ -100,6 +101,8 @@ class Student:
     files: dict = field(default_factory=dict)     # assignment (or None: unknown) -> Submission
     notes: list = field(default_factory=list)     # what was refused or ignored, for the feedback
     keys: list = field(default_factory=list)      # what its names say of the student (lms.keys), for a roster
+    late: object = None                           # None, True (an LMS marked it late) or days late (a float)
+    fault: str = ""                               # the grader's own failure while reading it (retried next run)
 
     def note(self, text):
         if len(self.notes) < MAX_NOTES:
@@ -113,7 +116,7 @@ def _read(dir_fd: int, name: str, rel: str):
     try:
         return read_regular(dir_fd, name), None
     except Refused as e:
-        return None, Submission(rel, "refused:" + text_key(e.args[0]), error=e.args[0])
+        return None, Submission(rel, "refused:" + text_key(e.args[0]), error=e.args[0])   # key() is a str
     except OSError as e:
         return None, Submission(rel, "unreadable", error=lazy("{name} could not be read: {why}", name=rel,
                                                                why=e.strerror or e))
@@ -236,6 +239,20 @@ def _assign(student: Student, found: list, known, forced, original=None):
                 student.note(sub.note)
 
 
+def _odd_name(raw: bytes, student: Student) -> None:
+    """A folder or file name that is not UTF-8 (a Latin-1 zip tool, an old LMS): graded under
+    its escaped name, said so, and its Latin-1 reading kept as a roster key."""
+    try:
+        raw.decode("utf-8")
+        return
+    except UnicodeDecodeError:
+        pass
+    latin = raw.decode("latin-1")
+    student.keys.append(latin.rsplit(".", 1)[0] if _gradable(latin) else latin)
+    student.note(lazy("the name {name} is not UTF-8 text: it is shown with escapes (read as Latin-1: {latin}); "
+                      "a roster row may name it either way", name=shown(raw), latin=latin))
+
+
 def _gradescope_metadata(root_fd: int) -> dict:
     """Gradescope's submission_metadata.yml (a download of all submissions), if it is there."""
     try:
@@ -283,38 +300,53 @@ def find_submissions(root: str, known, chapter: str | None = None) -> tuple[dict
                 if e.name != "submission_metadata.yml":
                     notes.append(f"skipped {name}: left by a tool (not a student's)")
                 continue
-            mode = e.stat(follow_symlinks=False).st_mode
-            keys, original = lms.keys(e.name)
-            if stat.S_ISDIR(mode):
-                st = _student(students, taken, raw, name)
-                st.keys += keys + gradescope.get(e.name, [])
-                _scan_student(root_fd, e.name, st, known, chapter)
-            elif _gradable(e.name) or stat.S_ISLNK(mode):
-                who = keys[0] if keys else _stem(name)
-                st = _student(students, taken, os.fsencode(keys[0]) if keys else raw.rsplit(b".", 1)[0], who)
-                st.keys += keys
-                if not stat.S_ISREG(mode):
-                    what = lazy("a symbolic link, not followed") if stat.S_ISLNK(mode) else \
-                        lazy("refused, it is {what}", what=_what(mode))
-                    st.note(lazy("{name}: {what}: submit a folder, a notebook or a zip", name=name, what=what))
-                    continue
-                found, zip_notes = _load(root_fd, e.name, name)
-                for n in zip_notes:
-                    st.note(n)
-                if original is None and not e.name.endswith(".zip"):   # <student>.ipynb: the name is the student's
-                    for _, sub in found:
-                        ch = chapter or assignment_of("", sub.nb, known)
-                        if ch in st.files:
-                            st.note(lazy("{path}: a second file for {name}, ignored", path=name, name=ch))
-                        else:
-                            st.files[ch] = sub
-                else:
-                    _assign(st, found, known, chapter, None if e.name.endswith(".zip") else original)
-            else:
-                notes.append(f"skipped {name}: {_what(mode)}, not a folder, a notebook, a .py file or a zip")
+            try:
+                _entry(root_fd, e, name, raw, students, taken, gradescope, notes, known, chapter)
+            except Exception:   # the grader's own fault: that student only, retried on the next run
+                key = raw.rsplit(b".", 1)[0] if _gradable(name) else raw
+                st = _student(students, taken, key, shown(key))
+                st.fault = traceback.format_exc(limit=5)
     finally:
         os.close(root_fd)
     return students, notes
+
+
+def _entry(root_fd, e, name, raw, students, taken, gradescope, notes, known, chapter):
+    """One entry of the submissions folder: a student's folder, or a student's file."""
+    mode = e.stat(follow_symlinks=False).st_mode
+    keys, original = lms.keys(name)   # the printable name: a key is shown and compared as text
+    late = lms.late(name)
+    if stat.S_ISDIR(mode):
+        st = _student(students, taken, raw, name)
+        st.keys += keys + gradescope.get(e.name, [])
+        st.late = st.late or late
+        _odd_name(raw, st)
+        _scan_student(root_fd, e.name, st, known, chapter)
+    elif _gradable(e.name) or stat.S_ISLNK(mode):
+        who = keys[0] if keys else _stem(name)
+        st = _student(students, taken, os.fsencode(keys[0]) if keys else raw.rsplit(b".", 1)[0], who)
+        st.keys += keys
+        st.late = st.late or late
+        _odd_name(raw, st)
+        if not stat.S_ISREG(mode):
+            what = lazy("a symbolic link, not followed") if stat.S_ISLNK(mode) else \
+                lazy("refused, it is {what}", what=_what(mode))
+            st.note(lazy("{name}: {what}: submit a folder, a notebook or a zip", name=name, what=what))
+            return
+        found, zip_notes = _load(root_fd, e.name, name)
+        for n in zip_notes:
+            st.note(n)
+        if original is None and not e.name.endswith(".zip"):   # <student>.ipynb: the name is the student's
+            for _, sub in found:
+                ch = chapter or assignment_of("", sub.nb, known)
+                if ch in st.files:
+                    st.note(lazy("{path}: a second file for {name}, ignored", path=name, name=ch))
+                else:
+                    st.files[ch] = sub
+        else:
+            _assign(st, found, known, chapter, None if e.name.endswith(".zip") else original)
+    else:
+        notes.append(f"skipped {name}: {_what(mode)}, not a folder, a notebook, a .py file or a zip")
 
 
 def scan_folder(path: str, known, chapter: str | None = None, name: str = "submission") -> Student:

@@ -15,6 +15,8 @@ learner's feedback is written (`str(note)` inside `i18n.speaking(lang)`).
 """
 from __future__ import annotations
 
+import json
+
 from ..i18n import _
 
 
@@ -49,5 +51,7 @@ def lazy(msgid: str, **params) -> Lazy:
     return Lazy(msgid, params)
 
 
-def key(message) -> object:
-    return message.key() if isinstance(message, Lazy) else str(message)
+def key(message) -> str:
+    """Text that is the same in every language, for content hashes: a str whatever the message
+    is (a Lazy's catalog entry and values as JSON, a plain text as it is)."""
+    return json.dumps(message.key(), ensure_ascii=False) if isinstance(message, Lazy) else str(message)
