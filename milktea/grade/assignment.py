@@ -63,6 +63,7 @@ class Assignment:
     notebooks: dict = field(default_factory=dict)  # language -> parsed master notebook
     inputs: dict = field(default_factory=dict)     # path -> sha256 of the bytes read
     source: str = ""          # the tests file's text
+    allow: tuple = ()         # ALLOW_MODULES: modules whose own code may use ctypes in a child (numba's way)
 
     @property
     def points(self) -> float:
@@ -119,6 +120,16 @@ def run_tests_file(source: str, path: str) -> dict:
     except Exception as e:
         raise SetupError(f"{path} failed when run: {type(e).__name__}: {e}") from e
     return module.__dict__
+
+
+def allowed_modules(names: dict, path: str) -> tuple:
+    """ALLOW_MODULES of a tests file: top-level module names whose own code may use native
+    libraries through ctypes in a graded cell, as numba's does (numba and llvmlite always may)."""
+    allow = names.get("ALLOW_MODULES", ())
+    if isinstance(allow, str) or not isinstance(allow, (list, tuple)) or \
+            not all(isinstance(m, str) and m.isidentifier() for m in allow):
+        raise SetupError(f"{path}: ALLOW_MODULES must be a list of top-level module names, e.g. ['pyarrow']")
+    return tuple(allow)
 
 
 def tasks_of(names: dict, path: str) -> list:
@@ -210,6 +221,7 @@ def load(master: str) -> Assignment:
     if not isinstance(hidden, dict) or not set(hidden) <= {t.id for t in tasks}:
         raise SetupError(f"{tests}: HIDDEN must be {{task id: [Case, ...] or a function (rng, ref)}} "
                          f"with ids among {', '.join(t.id for t in tasks)}")
+    allow = allowed_modules(names, tests)
     seed = names.get("SEED", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise SetupError(f"{tests}: SEED must be an int >= 0")
@@ -224,7 +236,7 @@ def load(master: str) -> Assignment:
     tasks.sort(key=lambda t: tagged.index(t.id))
     lang = _language(nb)
     out = Assignment(name, master, tests, tasks, hidden, seed, lang, {lang: heading_titles(nb, master, tasks)},
-                     {lang: nb}, inputs, source)
+                     {lang: nb}, inputs, source, allow)
     folder = os.path.dirname(os.path.abspath(master))
     for sub in TRANSLATIONS:
         path = os.path.join(folder, sub, name + ".ipynb")

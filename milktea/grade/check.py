@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 from .. import i18n
@@ -62,11 +63,11 @@ def check_notebook(notebook: str, checks: str | None = None, limits: Limits = Li
         nb = read_notebook(notebook)
     except NotebookError:
         nb = None
-    name = assignment_of(notebook, nb, _names_near(notebook, checks))
-    if name is None:
-        raise SetupError(f"can't tell which exercise {notebook} is: keep its name (e.g. 03_topk.ipynb), "
-                         "or pass --checks FILE")
-    prepared = _public(notebook, name, checks)
+    with i18n.speaking(notebook_language(notebook, nb)):   # errors too are said in the learner's language
+        name = assignment_of(notebook, nb, _names_near(notebook, checks))
+        if name is None:
+            _no_checks(notebook, nb)
+        prepared = _public(notebook, name, checks)
     with i18n.speaking(notebook_language(notebook, nb)):  # the feedback is written while grading
         res = grade_notebook(notebook, prepared, limits)
         if not quiet:
@@ -74,6 +75,31 @@ def check_notebook(notebook: str, checks: str | None = None, limits: Limits = Li
             print(format_result(res))
             print("\n" + summary_line(res))
     return res
+
+
+def _claimed(notebook: str, nb) -> str | None:
+    """The assignment a notebook says it is: its metadata (written by the release), else its file
+    name without a copy's " (1)"."""
+    meta = (nb or {}).get("metadata", {}).get("milktea", {})
+    if isinstance(meta, dict) and isinstance(meta.get("assignment"), str) and meta["assignment"]:
+        return meta["assignment"]
+    stem = os.path.basename(notebook)
+    for suffix in (".ipynb", ".py"):
+        stem = stem.removesuffix(suffix)
+    stem = re.sub(r"\s*\(\d+\)$", "", stem)
+    return stem if re.fullmatch(r"[\w.-]+", stem) else None
+
+
+def _no_checks(notebook: str, nb) -> None:
+    """SetupError when no checks file names this notebook: the file that is missing and where it
+    belongs, when the notebook says which exercise it is."""
+    name = _claimed(notebook, nb)
+    if name is None:
+        raise SetupError(_("can't tell which exercise {notebook} is: keep its name (e.g. 03_topk.ipynb), "
+                           "or pass --checks FILE").format(notebook=notebook))
+    path = os.path.join(os.path.dirname(os.path.abspath(notebook)), name + public_checks.SUFFIX)
+    raise SetupError(_("the public checks of {name} are missing: expected at {path} (the file comes with the "
+                       "exercise: put it beside the notebook), or pass --checks FILE").format(name=name, path=path))
 
 
 def _public(notebook: str, name: str, checks: str | None):

@@ -83,13 +83,41 @@ def set_limits(memory_bytes, cpu_seconds, file_bytes, processes=None):
             pass
 
 
-def install_hook(tmp, deny):
-    """Refuse what graded code has no business doing (see the module docstring)."""
+PROCESS_SYMBOLS = frozenset(
+    "fork vfork _Fork __fork __vfork clone clone3 __clone __clone2 execve execv execvp execvpe execl execlp execle "
+    "fexecve execveat posix_spawn posix_spawnp system popen syscall daemon forkpty "
+    "dlopen dlsym dlvsym dlmopen __libc_dlopen_mode __libc_dlsym _dl_sym".split())
+
+
+def no_fork_exec():
+    """Import subprocess now, before the hook, with the one function in it that starts a process
+    without an audit event (`_posixsubprocess.fork_exec`) replaced by a refusal. Libraries import
+    subprocess (scipy, scikit-learn, matplotlib, numba do, starting nothing): their `import
+    subprocess` is then a look-up, while starting a process still meets the hook
+    ("subprocess.Popen", "os.fork", ...) or this refusal. A fresh copy of the C module is an
+    import the hook refuses."""
+    import subprocess
+    import _posixsubprocess
+
+    def fork_exec(*args, **kwargs):
+        raise PermissionError(BLOCK + WORDS["process"])
+    _posixsubprocess.fork_exec = fork_exec
+    if hasattr(subprocess, "_fork_exec"):   # Python 3.12+ binds it at import
+        subprocess._fork_exec = fork_exec
+
+
+def install_hook(tmp, deny, allow=()):
+    """Refuse what graded code has no business doing (see the module docstring). `allow`: top-level
+    modules whose own code may use native libraries through ctypes (numba's llvmlite, or what the
+    instructor lists): their calls are recognised by the module of the frame that made them; a
+    function that starts a process or loads a library is never looked up, whoever asks."""
     real, fspath, getpid = os.path.realpath, os.fspath, os.getpid
     # builtins the hook calls, bound now: a cell that replaces builtins.isinstance or any must
     # not change the hook's answers (os.path.realpath's helpers in posixpath can still be
     # patched: this hook is a second layer, the sandbox is what holds)
     isinstance_, any_, str_, bytes_, int_, pathlike, refusal = isinstance, any, str, bytes, int, os.PathLike, PermissionError
+    getframe, modules, getattr_ = sys._getframe, sys.modules, getattr
+    allowed, process_symbols = frozenset(allow) | {"numba", "llvmlite"}, PROCESS_SYMBOLS
     pid = getpid()
     tmp = real(tmp)
     import sysconfig
@@ -104,10 +132,24 @@ def install_hook(tmp, deny):
     wflags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
     proc_events = {"os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
                    "subprocess.Popen", "pty.spawn", "os.killpg", "os.startfile", "urllib.Request",
-                   "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.call_function", "ctypes.string_at",
-                   "ctypes.wstring_at", "ctypes.dlsym", "ctypes.dlsym/handle", "gc.get_objects",
-                   "gc.get_referrers", "gc.get_referents", "resource.setrlimit", "resource.prlimit",
-                   "sys._current_frames"}
+                   "gc.get_objects", "gc.get_referrers", "gc.get_referents", "resource.setrlimit",
+                   "resource.prlimit", "sys._current_frames"}
+    native_events = {"ctypes.cdata", "ctypes.cdata/buffer", "ctypes.call_function", "ctypes.string_at",
+                     "ctypes.wstring_at", "ctypes.dlsym", "ctypes.dlsym/handle"}
+
+    def by_allowed_module():
+        """Did an allowed module's own code make this call? The first frame above the hook that is
+        not ctypes' or the import system's decides, by the module whose globals it runs in."""
+        f = getframe(2)
+        while f is not None:
+            g = f.f_globals
+            name = g.get("__name__") if isinstance_(g.get("__name__"), str_) else ""
+            if name == "ctypes" or name.startswith(("ctypes.", "importlib", "_frozen_importlib")):
+                f = f.f_back
+                continue
+            mod = modules.get(name)
+            return name.partition(".")[0] in allowed and mod is not None and getattr_(mod, "__dict__", None) is g
+        return False
     path_events = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.link",
                    "os.symlink", "os.truncate", "os.utime", "os.chflags", "os.lchflags", "os.setxattr",
                    "os.removexattr", "os.mknod", "os.mkfifo", "shutil.rmtree", "shutil.move",
@@ -155,6 +197,13 @@ def install_hook(tmp, deny):
         elif event == "ctypes.dlopen":
             if not (isinstance_(args[0], str_) and args[0].startswith("/") and inside(args[0], reads)):
                 refuse("native", path=repr(args[0]))
+        elif event in native_events:
+            symbol = args[-1] if event.startswith("ctypes.dlsym") and args else None
+            symbol = symbol.decode("ascii", "replace") if isinstance_(symbol, bytes_) else symbol
+            if isinstance_(symbol, str_) and symbol in process_symbols:
+                refuse("process")
+            if not by_allowed_module():
+                refuse("event", event=event)
         elif event in proc_events or event.startswith("socket."):
             refuse("event", event=event)
 
@@ -192,8 +241,9 @@ def restore(snap):
 
 # --- running ---------------------------------------------------------------------------
 
-def describe_error(exc, cell_names):
-    """(kind, message, where) for an exception raised by student code."""
+def describe_error(exc, cell_names, cells=None):
+    """(kind, message, where) for an exception raised by student code; with `cells` (a dict),
+    cells["key"] is set to the key of the graded cell whose line raised (the innermost one)."""
     if isinstance(exc, NotImplementedError):
         kind = "not_implemented"
     elif isinstance(exc, SystemExit):
@@ -209,12 +259,16 @@ def describe_error(exc, cell_names):
     where = ""
     try:
         if isinstance(exc, SyntaxError) and exc.filename in cell_names:
+            if cells is not None:
+                cells["key"] = exc.filename[len("<cell "):-1]
             where = WORDS["where_cell"].format(line=exc.lineno, cell=cell_names[exc.filename],
                                                code=(exc.text or "").strip())
         else:
             frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in cell_names]
             if frames:
                 f = frames[-1]
+                if cells is not None:
+                    cells["key"] = f.filename[len("<cell "):-1]
                 where = WORDS["where"].format(line=f.lineno, cell=cell_names[f.filename], function=f.name,
                                               code=(f.line or "").strip())
         msg = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -262,9 +316,10 @@ def run_tasks(tasks, ns, snap, send, cell_names, max_output):
                 value = fn(*args, **kwargs)
             except BaseException as exc:   # SystemExit and KeyboardInterrupt included
                 restore(snap)
-                kind, msg, where = describe_error(exc, cell_names)
+                raised = {}
+                kind, msg, where = describe_error(exc, cell_names, raised)
                 send(ev="result", task=task["id"], i=i, ok=False, kind=kind, message=msg, where=where,
-                     seconds=clock() - t0)
+                     seconds=clock() - t0, cell=raised.get("key", ""))
                 continue
             restore(snap)   # before encoding: a patch made during the call can't touch the reply
             seconds = clock() - t0
@@ -303,7 +358,8 @@ def main():
         import torch  # noqa: F401
     set_limits(lim["memory_bytes"], lim["cpu_seconds"], lim["file_bytes"], lim.get("processes"))
     if job.get("audit", True):   # a second layer; tests switch it off to check the sandbox alone
-        install_hook(os.getcwd(), job.get("deny", ()))
+        no_fork_exec()
+        install_hook(os.getcwd(), job.get("deny", ()), job.get("allow", ()))
     snap = snapshot()
     send(ev="ready")
 
@@ -319,8 +375,9 @@ def main():
         try:
             exec(compile(cell["source"], name, "exec"), ns)
         except BaseException as exc:   # SystemExit and KeyboardInterrupt included
-            kind, msg, where = describe_error(exc, cell_names)
-            error = {"kind": kind, "message": msg, "where": where}
+            raised = {}
+            kind, msg, where = describe_error(exc, cell_names, raised)
+            error = {"kind": kind, "message": msg, "where": where, "cell": raised.get("key", "")}
         restore(snap)
         send(ev="cell_done", key=cell["key"], error=error)
     run_tasks(job["tasks"], ns, snap, send, cell_names, lim["max_output"])

@@ -111,8 +111,16 @@ def failed_all(chapter: Prepared, path: str, kind: str, message: str) -> Noteboo
     for p in chapter.tasks:
         res.tasks.append(TaskResult(p.task.id, p.task.function, chapter.title(p.task.id, i18n.language()), p.task.points,
                                     total=len(p.cases), public_total=p.public, kind=kind, public_kind=kind,
-                                    lines=[str(message)], visibility=p.task.visibility))
+                                    lines=[str(message)], visibility=p.task.visibility,
+                                    hidden_lines=_not_run(len(p.cases) - p.public, kind)))
     return res
+
+
+def _not_run(hidden: int, kind: str) -> list:
+    """What the hidden part says when none of its checks could run (never "passed")."""
+    if not hidden:
+        return []
+    return [_("none of the {n} hidden checks ran: {why}").format(n=hidden, why=_(WORDS.get(kind, kind)))]
 
 
 def grade_notebook(path: str, chapter: Prepared, limits: sandbox.Limits = sandbox.Limits(),
@@ -134,7 +142,7 @@ def grade_notebook(path: str, chapter: Prepared, limits: sandbox.Limits = sandbo
                           "or is this the right notebook?")
     jobs = [sandbox.TaskJob(p.task.id, p.task.function, p.encoded[:p.public], p.encoded[p.public:], p.task.harness)
             for p in chapter.tasks]
-    run = sandbox.run(cells, jobs, limits, deny, sandbox=box, words=child_words())
+    run = sandbox.run(cells, jobs, limits, deny, sandbox=box, words=child_words(), allow=chapter.allow)
     res = NotebookResult(chapter.name, path, notes=list(notes), output=run.output, seconds=run.seconds,
                          grader_notes=list(run.notes))
     labels = {c.key: c.label for c in cells}
@@ -184,6 +192,7 @@ def _task_result(p, run, cell_key, labels, limits, title) -> TaskResult:
     if t.id in run.missing or cell_key is None:
         r.public_kind = _missing(r, t, cell_key, cell_err, labels, limits)
         r.kind = r.public_kind
+        r.hidden_lines = _not_run(r.total - r.public_total, r.kind)
         return r
     return _cases_result(r, p, run, cell_key, cell_err, labels, limits)
 
@@ -227,9 +236,10 @@ def _cases_result(r, p, run, cell_key, cell_err, labels, limits) -> TaskResult:
         if kind == "skipped":
             skipped += 1
         elif kind == "not_implemented":
-            if not seen:
+            if kind not in seen:   # the cell whose line raised it: a helper may live in another task's cell
                 r.lines.append(_("replace the `raise NotImplementedError` line in {v} with your code").format(
-                    v=labels[cell_key]))
+                    v=labels.get(o.cell) or labels[cell_key]) + (_("\n    at {where}").format(where=o.where)
+                                                                 if o.cell and o.cell != cell_key and o.where else ""))
             seen.add(kind)
         elif not o.ok and (o.kind, o.message) in seen:
             repeats += 1
@@ -248,7 +258,7 @@ def _cases_result(r, p, run, cell_key, cell_err, labels, limits) -> TaskResult:
     if skipped:
         r.lines.append((_("{n} more public cases were not run after that") if skipped > 1 else
                         _("{n} more public case was not run after that")).format(n=skipped))
-    if hidden_failed and r.public_kind != "not_implemented":
+    if hidden_failed:
         r.hidden_lines.append(_("{hidden_failed} of {v} hidden checks failed").format(
             hidden_failed=hidden_failed, v=len(p.cases) - p.public))
     r.score = round(t.points * r.passed / r.total, 2) if r.total else 0.0

@@ -47,6 +47,7 @@ class Prepared:
     seed: int = 0
     inputs: dict = field(default_factory=dict)  # file -> sha256 of the bytes read (master, tests, hidden)
     titles: dict = field(default_factory=dict)  # language -> {task id: title}
+    allow: tuple = ()                           # modules whose own code may use ctypes (assignment.allowed_modules)
 
     @property
     def points(self) -> float:
@@ -149,7 +150,7 @@ def encode_case(case: Case) -> dict:
 def prepare(a: Assignment, seed: int = 0, hidden_file: str | None = None, public_only: bool = False) -> Prepared:
     """Cases and expected outputs of every task for `seed`; `hidden_file`: the instructor's
     extra hidden tests for this assignment; `public_only`: leave every hidden case out."""
-    out = Prepared(a.name, seed=seed, inputs=dict(a.inputs), titles=a.titles)
+    out = Prepared(a.name, seed=seed, inputs=dict(a.inputs), titles=a.titles, allow=a.allow)
     ref = reference(a)
     extra = {} if public_only else load_hidden(hidden_file, a, out.inputs)
     for task in a.tasks:

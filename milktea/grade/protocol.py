@@ -47,6 +47,7 @@ class Outcome:
     message: str = ""
     where: str = ""
     seconds: float = 0.0
+    cell: str = ""          # the key of the graded cell whose line raised ("" when none did)
 
 
 @dataclass
@@ -59,6 +60,7 @@ class Run:
     seconds: float = 0.0                              # wall-clock seconds
     cpu_seconds: float = 0.0                          # CPU seconds of the student's code, every child together
     children: int = 0
+    scrub: object = str                               # what every text from the child passes (scrub.Scrubber)
 
 
 class Broken(Exception):
@@ -122,25 +124,36 @@ def accept(line: bytes, seq: list, pos: int, run: Run) -> tuple[int, bool]:
             err = ev["error"]
             if not (isinstance(err, dict) and all(isinstance(err.get(k), str) for k in ("kind", "message", "where"))):
                 raise Broken("protocol", _("sent a malformed cell report"))
-            run.cell_errors[ev["key"]] = {"kind": clean_text(err["kind"], 40), "message": clean_text(err["message"], 2000),
-                                          "where": clean_text(err["where"], 500)}
+            run.cell_errors[ev["key"]] = {"kind": clean_text(err["kind"], 40),
+                                          "message": clean_text(run.scrub(err["message"]), 2000),
+                                          "where": clean_text(run.scrub(err["where"]), 500),
+                                          "cell": _cell(err, seq)}
     elif name == "result":
-        run.outcomes.setdefault(ev["task"].removesuffix(HIDDEN), []).append(outcome(ev))
+        run.outcomes.setdefault(ev["task"].removesuffix(HIDDEN), []).append(outcome(ev, run.scrub, seq))
         return pos + 1, False
     elif name == "case":
         return pos + 1, False     # the task's clock keeps running across its cases
     return pos + 1, True
 
 
-def outcome(ev) -> Outcome:
+def _cell(ev, seq) -> str:
+    """The cell key a failure report names (the cell whose line raised), if it is one of the job's."""
+    key = ev.get("cell")
+    return key if isinstance(key, str) and ("cell", key) in seq else ""
+
+
+def outcome(ev, scrub=str, seq=()) -> Outcome:
+    """One case's result as the parent keeps it: every text and every string of the value passed
+    through `scrub` (scrub.py) on the way in."""
     seconds = ev.get("seconds") if isinstance(ev.get("seconds"), float) else 0.0
     if ev.get("ok") is True:
         try:
-            return Outcome(True, decode(ev.get("value")), seconds=seconds)
+            value = decode(ev.get("value"))
+            return Outcome(True, scrub.value(value) if hasattr(scrub, "value") else value, seconds=seconds)
         except (ValueError, TypeError, RecursionError):
             return Outcome(False, kind="protocol", message=_("its result could not be read back"), seconds=seconds)
     fields = [ev.get(k) for k in ("kind", "message", "where")]
     if not all(isinstance(f, str) for f in fields):
         return Outcome(False, kind="protocol", message=_("sent a malformed failure report"))
-    return Outcome(False, kind=clean_text(fields[0], 40), message=clean_text(fields[1], 2000),
-                   where=clean_text(fields[2], 500), seconds=seconds)
+    return Outcome(False, kind=clean_text(fields[0], 40), message=clean_text(scrub(fields[1]), 2000),
+                   where=clean_text(scrub(fields[2]), 500), seconds=seconds, cell=_cell(ev, seq))

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..i18n import _
-from .assignment import Assignment, SetupError, read_trusted, run_tests_file, strip_hidden, tasks_of
+from .assignment import (Assignment, SetupError, allowed_modules, read_trusted, run_tests_file, strip_hidden,
+                         tasks_of)
 from .wire import decode, encode
 from .prepare import Prepared, PreparedTask, prepare
 from .spec import Case
@@ -115,8 +116,10 @@ def load(path: str) -> dict:
 def prepared(data: dict, path: str = "checks") -> Prepared:
     """A Prepared assignment from a checks file: the cases and expected outputs it ships, the
     comparators from its tests code. Nothing here needs the master notebook."""
-    known = {t.id: t for t in tasks_of(run_tests_file(data["tests"], path + " (tests)"), path)}
-    out = Prepared(data["assignment"], seed=data.get("seed", 0), titles=data.get("titles") or {})
+    names = run_tests_file(data["tests"], path + " (tests)")
+    known = {t.id: t for t in tasks_of(names, path)}
+    out = Prepared(data["assignment"], seed=data.get("seed", 0), titles=data.get("titles") or {},
+                   allow=allowed_modules(names, path))
     for entry in data["tasks"]:
         task = known.get(entry["id"])
         if task is None:
@@ -165,5 +168,6 @@ def find(notebook: str, name: str, given: str | None = None) -> str:
         path = os.path.join(folder, name + SUFFIX)
         if os.path.isfile(path):
             return path
-    raise SetupError(f"can't find {name + SUFFIX}, the public checks of {name}: keep it beside the "
-                     f"notebook (it comes with the exercise), or pass --checks FILE")
+    raise SetupError(_("the public checks of {name} are missing: expected at {path} (the file comes with the "
+                       "exercise: put it beside the notebook), or pass --checks FILE").format(
+        name=name, path=os.path.join(here, name + SUFFIX)))

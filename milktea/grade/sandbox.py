@@ -23,22 +23,26 @@ import selectors
 import subprocess
 import time
 
-from . import spawn
+from . import scrub, spawn
 from ..i18n import _
 from .limits import Limits
 from .protocol import HIDDEN, Broken, Cell, Outcome, Run, TaskJob, accept, clean_text, sequence
 
 __all__ = ["Limits", "Cell", "TaskJob", "Outcome", "Run", "run", "clean_text", "HIDDEN"]
 POLL = 0.1   # seconds between two readings of the child's CPU time
+TAIL = 8192 + 4096   # bytes of printed output kept: 8 KiB shown, the rest so a path cut in two is still scrubbed
 
 
 def _job(cells, public, limits: Limits, deny, torch: bool, audit: bool, cpu_left: float, isolated: bool,
-         words: dict | None) -> bytes:
+         words: dict | None, allow=()) -> bytes:
     limits_json = {"memory_bytes": limits.memory_mb << 20, "file_bytes": limits.file_mb << 20,
                    # the kernel's own stop, on top of the parent's clocks: all the CPU left, plus start-up
                    "cpu_seconds": math.ceil(cpu_left + limits.startup_seconds),
                    "max_output": limits.max_output, "processes": limits.processes if isolated else None}
-    job = {"limits": limits_json, "deny": list(deny), "torch": torch, "audit": audit,
+    # in a sandbox the instructor's folders are not in the child's world: their paths stay out of
+    # its memory too (a cell that walks frames finds nothing); without one the audit hook needs them
+    job = {"limits": limits_json, "deny": [] if isolated else list(deny), "torch": torch, "audit": audit,
+           "allow": list(allow),
            "cells": [c.__dict__ for c in cells], "tasks": [t.to_json() for t in public], "words": words or {}}
     return (json.dumps(job) + "\n").encode()
 
@@ -92,7 +96,7 @@ class _Clocks:
 
 
 def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget: dict, run: Run,
-               sandbox, audit: bool = True, words: dict | None = None):
+               sandbox, audit: bool = True, words: dict | None = None, allow=()):
     """Run one child until it finishes or breaks. Returns None, or (position, kind, message)
     where position is the sequence entry the child had not reached. `budget`: {"cpu": CPU
     seconds left to the submission, "wall_end": its wall-clock end}."""
@@ -101,7 +105,7 @@ def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget:
     except spawn.StartError as e:
         return ("ready",), "crash", str(e)
     isolated = sandbox is not None and sandbox.isolated
-    child.send(_job(cells, public, limits, deny, torch, audit, max(1.0, budget["cpu"]), isolated, words))
+    child.send(_job(cells, public, limits, deny, torch, audit, max(1.0, budget["cpu"]), isolated, words, allow))
     later = (json.dumps({"tasks": [t.to_json() for t in hidden]}) + "\n").encode()
     run.children += 1
     seq, pos = sequence(cells, public, hidden), 0
@@ -123,7 +127,7 @@ def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget:
                         sel.unregister(key.fd)
                     if keep:
                         tail += chunk
-                        del tail[:-8192]
+                        del tail[:-TAIL]
                     continue
                 chunk = os.read(child.results, 1 << 20)
                 if not chunk:
@@ -171,19 +175,21 @@ def _one_child(cells, public, hidden, limits: Limits, deny, torch: bool, budget:
         run.cpu_seconds += used
         sel.close()
         trouble = child.end(tail if keep else None)
-        run.output = (run.output + tail.decode("utf-8", "replace"))[-8192:]
+        run.output = clean_text(scrub.tail(run.output.encode() + bytes(tail), run.scrub), 2 * TAIL)
         if trouble:
             run.notes.append(trouble)
     return failure
 
 
 def run(cells: list[Cell], tasks: list[TaskJob], limits: Limits = Limits(), deny=(), torch=None,
-        sandbox=None, audit: bool = True, words: dict | None = None) -> Run:
+        sandbox=None, audit: bool = True, words: dict | None = None, allow=()) -> Run:
     """Grade-time execution of one submission: every task gets an outcome per case (public
     cases first, then hidden ones). `sandbox`: an isolation.Sandbox, or None for a plain
     limited child (a learner's own machine). `audit=False` leaves out the audit hook, to
     test what the sandbox alone holds. `words`: what the child says, in the learner's language
-    (evaluate.child_words)."""
+    (evaluate.child_words). `deny`: the instructor's folders; with the Python installation and the
+    grader's code, every path of them is scrubbed from what the child sends (scrub.py). `allow`:
+    modules whose own code may use native libraries through ctypes (child.install_hook)."""
     if os.name != "posix":
         raise OSError("grading runs student code in a limited child process, which needs Linux or macOS "
                       "(on Windows, use WSL)")
@@ -191,13 +197,13 @@ def run(cells: list[Cell], tasks: list[TaskJob], limits: Limits = Limits(), deny
     budget = {"cpu": limits.submission_seconds, "wall_end": start + limits.wall(limits.submission_seconds)}
     torch = any("torch" in c.source for c in cells) or any("torch" in t.harness for t in tasks) \
         if torch is None else torch
-    result = Run()
+    result = Run(scrub=scrub.for_run(deny))
     cells = list(cells)
     counts = {t.id: len(t.cases) for t in tasks}
     public = [TaskJob(t.id, t.function, t.cases, harness=t.harness) for t in tasks]
     hidden = [TaskJob(t.id + HIDDEN, t.function, t.hidden, harness=t.harness) for t in tasks if t.hidden]
     while public or hidden:
-        failure = _one_child(cells, public, hidden, limits, deny, torch, budget, result, sandbox, audit, words)
+        failure = _one_child(cells, public, hidden, limits, deny, torch, budget, result, sandbox, audit, words, allow)
         public = [t for t in public if not _finished(result, t, counts)]
         hidden = [t for t in hidden if not _finished(result, t, counts)]
         if failure is None:

@@ -219,14 +219,15 @@ class Child:
         threading.Thread(target=write, daemon=True).start()
 
     def drain(self, tail: bytearray):
-        """Read what is waiting on the (non-blocking) output pipe, keeping the last 8 KiB."""
+        """Read what is waiting on the (non-blocking) output pipe, keeping the last 12 KiB
+        (sandbox.TAIL: 8 KiB are shown)."""
         try:
             for _chunk in range(256):
                 chunk = os.read(self.proc.stdout.fileno(), 65536)
                 if not chunk:
                     break
                 tail += chunk
-                del tail[:-8192]
+                del tail[:-12288]
         except OSError:   # BlockingIOError: nothing more waiting
             pass
 
