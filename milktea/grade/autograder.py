@@ -72,7 +72,7 @@ def results(root: str, box=None) -> tuple[dict, str]:
     student = scan_folder(os.path.join(root, "submission"), chapters, chapters[0] if len(chapters) == 1 else None)
     lang = _lang(student)
     with i18n.speaking(lang):   # the feedback is written while grading, in the learner's language
-        out, trouble, seconds = _grade(student, chapters, found, config, hidden_files, limits, box)
+        out, trouble, seconds = _grade(student, chapters, found, config, hidden_files, limits, box, source)
     record = {"student": "submission", "seed": config["seed"], "lang": lang, "results": [r.to_dict() for r in out]}
     data = report.results_json("submission", record, {})
     notes = data["extra_data"]["notes"]
@@ -83,7 +83,7 @@ def results(root: str, box=None) -> tuple[dict, str]:
     return data, "\n".join([f"isolation: {how}", f"seed: {config['seed']}"] + [f"grader: {t}" for t in trouble])
 
 
-def _grade(student, chapters, found, config, hidden_files, limits, box):
+def _grade(student, chapters, found, config, hidden_files, limits, box, source):
     start, out, trouble = time.monotonic(), [], []
     for ch in chapters:
         prepared = prepare(found[ch], config["seed"], hidden_files.get(ch))
@@ -94,7 +94,7 @@ def _grade(student, chapters, found, config, hidden_files, limits, box):
         elif sub.nb is None:
             out.append(failed_all(prepared, sub.shown, "malformed", sub.error))
         else:
-            res = grade_notebook(sub.shown, prepared, limits, (), box if box.isolated else None, sub.nb)
+            res = grade_notebook(sub.shown, prepared, limits, (source,), box if box.isolated else None, sub.nb)
             trouble += res.grader_notes
             out.append(res)
     if out:

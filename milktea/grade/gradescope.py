@@ -15,12 +15,15 @@ in the same sandbox as in a class run (isolation.py), so it never sees them. The
 random cases is fixed when the bundle is built, so every submission meets the same cases.
 
 BUNDLE is written beside itself, then moved into place; an existing BUNDLE is replaced only if
-it is a bundle this command made (it holds the marker file), and BUNDLE.zip likewise: nothing
-else is ever deleted.
+it is a bundle this command made (it holds the marker file, which lists the files the build
+wrote), and BUNDLE.zip likewise: any other file in BUNDLE (an instructor's notes) is kept, and
+the earlier bundle's seed too unless --seed is given. `requirements.txt` is what setup.sh
+installs: numpy, and what the assignments import; torch only when one of them does.
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import secrets
@@ -31,7 +34,8 @@ import zipfile
 
 from . import assignment as assignments_
 from .limits import Limits
-from .notebook import atomic_write
+from . import outdir
+from .notebook import atomic_write, cell_tasks
 from .prepare import SetupError, check_hidden_dir, prepare
 
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the milktea package
@@ -44,7 +48,9 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq bubblewrap util-linux python3 python3-venv python3-pip >/dev/null
 python3 -m venv /autograder/venv
-/autograder/venv/bin/pip install -q --extra-index-url https://download.pytorch.org/whl/cpu /autograder/source/src
+# the grader itself needs numpy alone (it runs from source/src); the rest is what the assignments
+# import (found in their masters and tests files, plus --pip): requirements.txt
+/autograder/venv/bin/pip install -q {index}-r /autograder/source/requirements.txt
 # The sandbox must work in this image: if it can't, the build fails here (with what to do),
 # not every student's grade later.
 cd /autograder/source
@@ -75,8 +81,10 @@ def _ours_zip(path: str) -> bool:
         return False
 
 
-def check_out(out: str) -> None:
-    """Refuse an --out that holds anything this command did not make."""
+def check_out(out: str, inputs: dict | None = None) -> None:
+    """Refuse an --out that lies inside the inputs or holds anything this command did not make
+    (an earlier bundle may hold the instructor's own files too: they are kept)."""
+    outdir.check(out, inputs or {})
     if os.path.lexists(out) and not (os.path.isdir(out) and not os.listdir(out)) and not _ours_folder(out):
         raise SetupError(f"--out {out} already exists and is not a bundle this command made (no {MARKER} in it): "
                          "nothing was written or deleted; choose a new folder")
@@ -104,31 +112,101 @@ def _write(folder: str, found: dict, hidden_files: dict, config: dict):
             os.makedirs(os.path.join(folder, "hidden"), exist_ok=True)
             shutil.copy(hidden_files[ch], os.path.join(folder, "hidden"))
     atomic_write(os.path.join(folder, "config.json"), json.dumps(config, indent=1) + "\n")
-    atomic_write(os.path.join(folder, MARKER), "made by python -m milktea.grade gradescope\n")
-    for name, text in (("setup.sh", SETUP), ("run_autograder", RUN)):
+    atomic_write(os.path.join(folder, "requirements.txt"), "\n".join(requirements(found, config.get("pip", ()))) + "\n")
+    index = "--extra-index-url https://download.pytorch.org/whl/cpu " if "torch" in requirements(found, ()) else ""
+    for name, text in (("setup.sh", SETUP.replace("{index}", index)), ("run_autograder", RUN)):
         path = os.path.join(folder, name)
         atomic_write(path, text)
         os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    made = _files(folder)
+    # the marker lists every file the build wrote: a rebuild replaces those, and keeps any other
+    atomic_write(os.path.join(folder, MARKER), "made by python -m milktea.grade gradescope\n"
+                 + "".join(f"{m}\n" for m in made + [MARKER]))
+
+
+# import names whose pip package has another name
+PIP_NAMES = {"sklearn": "scikit-learn", "skimage": "scikit-image", "cv2": "opencv-python-headless", "PIL": "pillow",
+             "yaml": "pyyaml", "bs4": "beautifulsoup4"}
+
+
+def requirements(found: dict, extra=()) -> list:
+    """What a bundle's venv needs: numpy (the grader's own one need), every top-level module the
+    masters' graded cells and the tests files import (not the standard library, not milktea),
+    and `extra` (--pip). A numpy assignment gets numpy alone: no torch, numba or scikit-learn.
+
+    >>> requirements({})
+    ['numpy']
+    """
+    names = set()
+    for a in found.values():
+        sources = [a.source] + [c["source"] for nb in a.notebooks.values() for c in nb["cells"] if cell_tasks(c)]
+        for src in sources:
+            try:
+                tree = ast.parse(src)
+            except SyntaxError:
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    names.update(n.name.partition(".")[0] for n in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    names.add(node.module.partition(".")[0])
+    names -= set(sys.stdlib_module_names) | {"milktea", "numpy", "__future__"}
+    return ["numpy"] + sorted(PIP_NAMES.get(n, n) for n in names) + [p for p in extra if p]
+
+
+def _seed_of(out: str):
+    """The seed of an earlier bundle in `out` (kept on a rebuild unless --seed is given)."""
+    try:
+        with open(os.path.join(out, "config.json")) as f:
+            seed = json.load(f).get("seed")
+        return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _files(folder: str) -> list:
+    return sorted(os.path.relpath(os.path.join(d, n), folder) for d, _s, names in os.walk(folder) for n in names)
+
+
+def _theirs(out: str, new: list) -> list:
+    """Files in an earlier bundle folder that its build did not write (the instructor's own). A
+    bundle made before the marker listed its files: what a build writes is taken for its own."""
+    with open(os.path.join(out, MARKER), encoding="utf-8", errors="replace") as f:
+        made = set(f.read().splitlines()[1:])
+    if not made:
+        made = set(new) | {p for p in _files(out) if p.split("/")[0] in ("src", "solutions", "hidden")}
+    return [p for p in _files(out) if p not in made and p != MARKER]
 
 
 def build(out: str, solutions: str = "solutions", hidden: str | None = None, chapters=None,
-          trust: bool = False, limits: Limits = Limits(), seed: int | None = None) -> str:
-    """Write the bundle folder `out` and `out`.zip; returns the zip's path."""
+          trust: bool = False, limits: Limits = Limits(), seed: int | None = None, pip=()) -> str:
+    """Write the bundle folder `out` and `out`.zip; returns the zip's path. A rebuild keeps the
+    earlier bundle's seed (unless `seed` is given) and every file in it the build did not write."""
     out = os.path.normpath(out)
-    check_out(out)
+    check_out(out, {"--solutions": solutions, "--hidden": hidden})
     found = assignments_.find(solutions, chapters)
     hidden_files = check_hidden_dir(hidden, assignments_.names(solutions))
+    earlier = _ours_folder(out)
+    seed = seed if seed is not None else (_seed_of(out) if earlier else None)
     seed = secrets.randbelow(10**9) if seed is None else seed
     for ch, a in found.items():
         prepare(a, seed, hidden_files.get(ch))   # fails now, not on Gradescope, if something is wrong
-    config = {"chapters": list(found), "trust": trust, "limits": limits.__dict__, "seed": seed}
+    config = {"chapters": list(found), "trust": trust, "limits": limits.__dict__, "seed": seed, "pip": list(pip)}
     tmp = f"{out}.tmp-{os.getpid()}"
     try:
         os.makedirs(tmp)
         _write(tmp, found, {ch: hidden_files[ch] for ch in found if ch in hidden_files}, config)
         archive = shutil.make_archive(tmp, "zip", tmp)
+        theirs = _theirs(out, _files(tmp)) if earlier else []
+        clash = [p for p in theirs if os.path.lexists(os.path.join(tmp, p))]
+        if clash:
+            raise SetupError(f"{os.path.join(out, clash[0])} is yours, and the new bundle writes a file of that "
+                             "name: move it away (nothing was written or deleted)")
+        for rel in theirs:   # the instructor's own files move into the new bundle folder
+            os.makedirs(os.path.dirname(os.path.join(tmp, rel)) or tmp, exist_ok=True)
+            shutil.copy2(os.path.join(out, rel), os.path.join(tmp, rel), follow_symlinks=False)
         old = None
-        if _ours_folder(out):   # the earlier bundle steps aside until the new one is in place
+        if earlier:   # the earlier bundle steps aside until the new one is in place
             old = f"{out}.old-{os.getpid()}"
             os.replace(out, old)
         elif os.path.isdir(out):
@@ -158,6 +236,8 @@ def main(argv=None) -> int:
                     help="an assignment in --solutions to include (repeat for several; default: all)")
     ap.add_argument("--seed", type=int, help="seed of the random cases, the same for every submission "
                                              "(default: drawn once now; recorded in each results.json)")
+    ap.add_argument("--pip", action="append", default=[], metavar="PACKAGE",
+                    help="a package for the bundle's venv beyond what the assignments import (repeat for several)")
     ap.add_argument("--trust-submissions", action="store_true",
                     help="where the image can't build a sandbox, grade anyway with resource limits only "
                          "(the self-test warns, the instructor's log says so)")
@@ -171,7 +251,7 @@ def main(argv=None) -> int:
     try:
         path = build(args.out, args.solutions, args.hidden, args.chapter, args.trust_submissions,
                      Limits(task_seconds=args.task_timeout, submission_seconds=args.submission_timeout,
-                            wall_factor=args.wall_factor, memory_mb=args.memory_mb), args.seed)
+                            wall_factor=args.wall_factor, memory_mb=args.memory_mb), args.seed, args.pip)
     except (SetupError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
