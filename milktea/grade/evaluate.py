@@ -172,7 +172,8 @@ def child_words() -> dict:
         "scalar": _("a numpy {dtype} scalar cannot be graded"),
         "dtype": _("an array of dtype {dtype} cannot be graded (use a number dtype)"),
         "keys": _("a dict with non-string keys cannot be graded"),
-        "type": _("a value of type {type} cannot be graded: return numbers, numpy arrays, lists or tuples"),
+        "type": _("a value of type {type} cannot be graded: return None, True/False, a number, a string, bytes, "
+                  "a numpy array or torch tensor of numbers, or lists, tuples and dicts (with string keys) of these"),
         "size": _("the result is {size} bytes of data; at most {limit} are accepted"),
     }
 

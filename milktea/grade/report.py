@@ -54,14 +54,15 @@ class Policy:
         penalty = self.rule.penalty(score, late_) if self.rule is not None else 0.0
         if o is not None and o.points is not None:
             penalty = min(o.points, score)
-        return {"late": late.describe(late_), "penalty": round(penalty, 2), "rule": str(self.rule or ""),
-                "comment": o.comment if o is not None else ""}
+        return {"late": late.describe(late_), "days": None if late_ is True else late_, "penalty": round(penalty, 2),
+                "rule": str(self.rule or ""), "comment": o.comment if o is not None else ""}
 
 
 def _late_text(info: dict) -> str:
     text = _("late penalty: -{points:g} points").format(points=info["penalty"])
     if info["late"]:
-        text += " (" + _("late: {late}").format(late=info["late"]) + (f", {info['rule']}" if info["rule"] else "") + ")"
+        when = _("{days:.1f} days").format(days=info["days"]) if info["days"] else _("marked late by the LMS")
+        text += " (" + _("late: {late}").format(late=when) + (f", {info['rule']}" if info["rule"] else "") + ")"
     return text + (f": {info['comment']}" if info["comment"] else "")
 
 

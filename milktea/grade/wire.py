@@ -1,5 +1,11 @@
 """Plain data: the only thing that crosses the pipe between the grader and a child, both ways.
 
+What a case's arguments and a graded function's return value may be (docs/grading.md, "Case"):
+None, bool, int (below 2**64), float (inf and nan too), str, bytes (and bytearray, memoryview),
+numpy scalars and arrays of booleans, integers or floats (torch tensors become arrays; a
+bfloat16 one float32), and lists, tuples and dicts with string keys of these, nested at most
+16 deep. A tuple comes back as a list, a numpy scalar as a Python number.
+
 `encode` turns a Python, numpy or torch value into JSON-able data (arrays as dtype, shape and
 base64 bytes; never pickle), `decode` checks every piece of such data on the way back (the other
 side may be hostile). Like child.py, this file never imports milktea: in the sandbox it sits
@@ -20,7 +26,8 @@ WORDS = {
     "scalar": "a numpy {dtype} scalar cannot be graded",
     "dtype": "an array of dtype {dtype} cannot be graded (use a number dtype)",
     "keys": "a dict with non-string keys cannot be graded",
-    "type": "a value of type {type} cannot be graded: return numbers, numpy arrays, lists or tuples",
+    "type": ("a value of type {type} cannot be graded: return None, True/False, a number, a string, bytes, "
+             "a numpy array or torch tensor of numbers, or lists, tuples and dicts (with string keys) of these"),
 }
 
 
