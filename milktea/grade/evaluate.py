@@ -120,7 +120,8 @@ def _not_run(hidden: int, kind: str) -> list:
     """What the hidden part says when none of its checks could run (never "passed")."""
     if not hidden:
         return []
-    return [_("none of the {n} hidden checks ran: {why}").format(n=hidden, why=_(WORDS.get(kind, kind)))]
+    word = WORDS.get(kind, kind)   # marked with N_ above
+    return [_("none of the {n} hidden checks ran: {why}").format(n=hidden, why=_(word))]
 
 
 def grade_notebook(path: str, chapter: Prepared, limits: sandbox.Limits = sandbox.Limits(),

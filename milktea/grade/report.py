@@ -150,7 +150,8 @@ def _hidden_output(t) -> str:
         return "\n".join(t.hidden_lines)
     if t.score - t.public_score >= t.points - t.public_max - 1e-9:
         return _("all hidden checks passed")
-    return _("the hidden checks were not passed: {why}").format(why=_(WORDS.get(t.kind, t.kind or "?")))
+    word = WORDS.get(t.kind, t.kind or "?")   # marked with N_ in evaluate.WORDS
+    return _("the hidden checks were not passed: {why}").format(why=_(word))
 
 
 def results_json(student: str, record: dict, overrides: dict, policy: Policy | None = None) -> dict:
