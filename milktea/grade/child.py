@@ -106,11 +106,13 @@ def no_fork_exec():
         subprocess._fork_exec = fork_exec
 
 
-def install_hook(tmp, deny, allow=()):
+def install_hook(tmp, deny, allow=(), salt=None):
     """Refuse what graded code has no business doing (see the module docstring). `allow`: top-level
     modules whose own code may use native libraries through ctypes (numba's llvmlite, or what the
     instructor lists): their calls are recognised by the module of the frame that made them; a
-    function that starts a process or loads a library is never looked up, whoever asks."""
+    function that starts a process or loads a library is never looked up, whoever asks. `deny`:
+    folders refused even where reads are open; with `salt`, salted sha256 hashes of their real
+    paths (the grader's way: the child never holds the instructor's paths, only their hashes)."""
     real, fspath, getpid = os.path.realpath, os.fspath, os.getpid
     # builtins the hook calls, bound now: a cell that replaces builtins.isinstance or any must
     # not change the hook's answers (os.path.realpath's helpers in posixpath can still be
@@ -127,7 +129,22 @@ def install_hook(tmp, deny, allow=()):
              f"/proc/{pid}", "/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat",
              "/dev/null", "/dev/urandom", "/dev/random", "/dev/zero", tmp}
     reads = tuple(sorted({real(p) for p in reads if p and p != "/"}))
-    deny = tuple(real(p) for p in deny)
+    import hashlib
+    sha256 = hashlib.sha256
+    deny = frozenset(deny) if salt is not None else frozenset(
+        sha256(("" + real(p)).encode("utf-8", "surrogateescape")).hexdigest() for p in deny)
+    salt = salt or ""
+
+    def denied(p):
+        """Is `p` (a real path) one of the denied folders or inside one? Each ancestor is hashed."""
+        while p:
+            if sha256((salt + p).encode("utf-8", "surrogateescape")).hexdigest() in deny:
+                return True
+            head = p.rpartition("/")[0]
+            if head == p or p == "/":
+                return False
+            p = head or "/"
+        return False
     writes = (tmp, "/dev/null")
     wflags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
     proc_events = {"os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
@@ -160,7 +177,7 @@ def install_hook(tmp, deny, allow=()):
             p = real(fspath(path) if not isinstance_(path, bytes_) else path.decode("utf-8", "replace"))
         except (TypeError, ValueError):
             return False
-        if any_(p == d or p.startswith(d + "/") for d in deny):
+        if deny and denied(p):
             return False
         return any_(p == r or p.startswith(r + "/") for r in roots)
 
@@ -359,7 +376,7 @@ def main():
     set_limits(lim["memory_bytes"], lim["cpu_seconds"], lim["file_bytes"], lim.get("processes"))
     if job.get("audit", True):   # a second layer; tests switch it off to check the sandbox alone
         no_fork_exec()
-        install_hook(os.getcwd(), job.get("deny", ()), job.get("allow", ()))
+        install_hook(os.getcwd(), job.get("deny", ()), job.get("allow", ()), job.get("salt"))
     snap = snapshot()
     send(ev="ready")
 

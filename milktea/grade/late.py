@@ -12,8 +12,8 @@ The penalty is taken off the total, after the instructor's overrides; an overrid
 task `late` replaces it for that student (`s07,late,0,extension granted` waives it).
 
     >>> rule = Rule.parse("10%/day,max=25%")
-    >>> rule.penalty(8.0, 2.5), rule.penalty(8.0, True), rule.penalty(8.0, 7)
-    (2.4, 0.8, 2.0)
+    >>> rule.penalty(8.0, 1.5), rule.penalty(8.0, True), rule.penalty(8.0, 7)
+    (1.6, 0.8, 2.0)
 """
 from __future__ import annotations
 

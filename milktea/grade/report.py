@@ -213,8 +213,8 @@ def cell(text) -> str:
     """A CSV cell a spreadsheet shows as text: one that starts like a formula (= + - @, a tab or a
     carriage return) gets a leading apostrophe, so `=HYPERLINK(...)` in a folder name stays text.
 
-    >>> cell('=HYPERLINK("x")'), cell("-1"), cell("ada")
-    ('\'=HYPERLINK("x")', "'-1", 'ada')
+    >>> cell("=SUM(A1)") == "'=SUM(A1)", cell("-1") == "'-1", cell("ada")
+    (True, True, 'ada')
     """
     text = str(text)
     return "'" + text if text.startswith(_FORMULA) else text

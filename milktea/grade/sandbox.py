@@ -15,9 +15,11 @@ child prints is kept: feedback can't carry a hidden input.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import secrets
 import select
 import selectors
 import subprocess
@@ -39,12 +41,19 @@ def _job(cells, public, limits: Limits, deny, torch: bool, audit: bool, cpu_left
                    # the kernel's own stop, on top of the parent's clocks: all the CPU left, plus start-up
                    "cpu_seconds": math.ceil(cpu_left + limits.startup_seconds),
                    "max_output": limits.max_output, "processes": limits.processes if isolated else None}
-    # in a sandbox the instructor's folders are not in the child's world: their paths stay out of
-    # its memory too (a cell that walks frames finds nothing); without one the audit hook needs them
-    job = {"limits": limits_json, "deny": [] if isolated else list(deny), "torch": torch, "audit": audit,
+    # the audit hook refuses the instructor's folders by name, but the child never holds their
+    # names: only salted hashes of them (a cell that walks frames finds no path to look for)
+    salt = secrets.token_hex(16)
+    job = {"limits": limits_json, "deny": denied(deny, salt), "salt": salt, "torch": torch, "audit": audit,
            "allow": list(allow),
            "cells": [c.__dict__ for c in cells], "tasks": [t.to_json() for t in public], "words": words or {}}
     return (json.dumps(job) + "\n").encode()
+
+
+def denied(folders, salt: str) -> list:
+    """Salted hashes of the real paths of `folders`, for the child's audit hook (child.hashed)."""
+    return sorted({hashlib.sha256((salt + os.path.realpath(p)).encode("utf-8", "surrogateescape")).hexdigest()
+                   for p in folders if p})
 
 
 class _Clocks:

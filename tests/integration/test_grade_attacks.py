@@ -131,13 +131,28 @@ for path in ({sol!r}, {hid!r}, {str(out / 'grades.csv')!r}):
         "flood_channel": ("03.4", cheat("03.4", "os.write(int(sys.argv[-1]), b'x' * (24 << 20))"),
                           {"bad_output"}),
         "close_channel": ("03.1", cheat("03.1", "os.close(int(sys.argv[-1]))"), {"protocol", "crash"}),
+        # walks every frame up to the child's main and reads a traceback through numpy: what it
+        # finds (the Python installation's path, the job) comes back scrubbed, never the course's
+        "frame_walker": ("03.2", cheat("03.2", """
+import traceback
+import numpy as np
+seen, f = [], sys._getframe()
+while f is not None:
+    seen.append(repr(f.f_locals)[:3000])
+    f = f.f_back
+try:
+    np.load('missing.npy')
+except OSError:
+    seen.append(traceback.format_exc())
+print('\\n'.join(seen))
+raise ValueError(repr([np.__file__, sys.prefix, sys.path] + seen)[:1900])"""), {"exception"}),
     }
 
 
 HONEST = {   # honest submissions in odd folders: full marks
     "huge_print", "deep_tmp", os.fsdecode(b"jos\xe9"), "jos\\xe9 (2)", "plots", "renamed", "deep_folder",
     ".dot_student", "many_cells"}
-REFUSED = {"link_solution", "link_zero", "fifo", "link_student", "device"}   # nothing gradable: zero with a note
+REFUSED = {"link_solution", "link_zero", "fifo", "link_student", "device", "big"}   # nothing gradable: zero, a note
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +169,11 @@ def graded(tmp_path_factory, request):
     (course / "hidden").mkdir()
     (course / "hidden" / "03_topk.py").write_text(hidden)
     for student, (task, source, _) in attackers(course, subs, out).items():
-        save(with_cell(topk, task, source), subs / student / "03_topk.ipynb")
+        nb = with_cell(topk, task, source)
+        if student == "frame_walker":   # it prints its own cells: without the master's markers in them
+            for c in nb["cells"]:
+                c["source"] = "".join(line for line in c["source"].splitlines(True) if "### " not in line)
+        save(nb, subs / student / "03_topk.ipynb")
     save(topk, subs / "alice" / "03_topk.ipynb")
     save(with_cell(topk, "03.1", graded_cell(topk, "03.1")["source"] + "\nprint('x' * 30_000_000)\n"),
          subs / "huge_print" / "03_topk.ipynb")
@@ -192,6 +211,9 @@ def graded(tmp_path_factory, request):
     (subs / "device").mkdir()
     os.mknod(subs / "device" / "03_topk.ipynb", 0o666 | stat.S_IFCHR, os.makedev(1, 5))   # like /dev/zero
     os.symlink(course / "solutions", subs / "link_student")
+    (subs / "big").mkdir()
+    with open(subs / "big" / "03_topk.ipynb", "wb") as f:   # 100 MB (sparse): refused, the class graded
+        f.truncate(100 << 20)
     watched = snapshot(course, subs)
     mp = pytest.MonkeyPatch()
     mp.setenv("MILKTEA_SECRET", SECRET)
@@ -265,12 +287,13 @@ def test_nothing_secret_reaches_any_output(graded):
     # what students read names none of the grader's own files: no checkout, course, venv or sandbox path
     # (attackers that typed a path into their own code see it quoted back: that is theirs)
     grader = [str(ROOT), str(graded["course"]), os.path.realpath(sys.prefix), "/grader/", "child.py", "zygote.py"]
-    for student in HONEST | REFUSED | {"alice"}:
+    machine = grader[:3] + [str(graded["out"]), str(graded["subs"])]   # /grader/child.py: the sandbox's own layout
+    for student in HONEST | REFUSED | {"alice", "frame_walker"}:
         student = student.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
         for path in (graded["out"] / "results" / f"{safe_name(student)}.json",
                      graded["out"] / "feedback" / f"{safe_name(student)}.txt"):
             text = path.read_text(encoding="utf-8")
-            for mark in grader:
+            for mark in (machine if student == "frame_walker" else grader):
                 assert mark not in text, (path.name, mark)
 
 
@@ -303,7 +326,8 @@ def test_odd_folders_are_graded_or_refused_with_a_note(graded):
     assert "the first 100 ran, the other 9900 did not" in fb("many_cells")
     assert "symbolic link" in fb("link_solution") and "symbolic link" in fb("link_zero")
     assert "a FIFO" in fb("fifo") and "symbolic link" in fb("link_student") and "a device" in fb("device")
-    assert "deeper than 6 folders" in fb("deep_folder")
+    assert "deeper than 6 folders" in fb("deep_folder") and "100 MB, over the 64 MB limit" in fb("big")
+    assert "not UTF-8 text" in fb(safe_name("jos\\xe9 (2)"))   # b"jos\\xe9" sorts after the text "jos\\xe9"
     assert "jos\\xe9" in (out / "grades.csv").read_text()
     run = json.loads((out / "run.json").read_text())
     assert run["isolated"] is True
