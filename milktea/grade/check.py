@@ -93,6 +93,8 @@ def _claimed(notebook: str, nb) -> str | None:
 def _no_checks(notebook: str, nb) -> None:
     """SetupError when no checks file names this notebook: the file that is missing and where it
     belongs, when the notebook says which exercise it is."""
+    if not os.path.isfile(notebook):
+        raise SetupError(_("there is no notebook {notebook}: check the name and the folder").format(notebook=notebook))
     name = _claimed(notebook, nb)
     if name is None:
         raise SetupError(_("can't tell which exercise {notebook} is: keep its name (e.g. 03_topk.ipynb), "

@@ -147,7 +147,7 @@ def test_check_command_speaks_of_public_tests_only():
     assert "Public tests passed: 10/10" in done.stdout and "hidden tests" in done.stdout
     assert "all tests passed" not in done.stdout.lower()
     missing = run("nope.ipynb")
-    assert missing.returncode == 2 and "can't tell which exercise" in missing.stderr
+    assert missing.returncode == 2 and "there is no notebook nope.ipynb" in missing.stderr
 
 
 def test_reference_agrees_with_the_library():
