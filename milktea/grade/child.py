@@ -8,7 +8,7 @@ line on stdin. This file never imports milktea (the child has no path to it). It
      student code exists in the process: hard limits equal soft ones, so they stay;
   2. installs an audit hook (PEP 578) that refuses reads outside Python's own install and
      the temporary directory, any write outside it, new processes, signals to others,
-     sockets, raw memory through ctypes, and `import milktea`;
+     sockets, ctypes (but from numba's own code), and `import milktea`;
   3. runs each graded cell, then calls each graded function on the cases the parent sent,
      writing one JSON line per event to FD (never stdout, which the student's prints use);
      after the public cases it says "hidden" and only then reads the hidden cases (a second
@@ -17,6 +17,7 @@ Outputs travel as plain data (wire.py: `encode`/`decode`); the parent compares t
 The audit hook is a second layer only: what the child can reach is decided by the sandbox.
 """
 import builtins
+import hashlib
 import json
 import linecache
 import os
@@ -83,26 +84,22 @@ def set_limits(memory_bytes, cpu_seconds, file_bytes, processes=None):
             pass
 
 
-PROCESS_SYMBOLS = frozenset(
-    "fork vfork _Fork __fork __vfork clone clone3 __clone __clone2 execve execv execvp execvpe execl execlp execle "
-    "fexecve execveat posix_spawn posix_spawnp system popen syscall daemon forkpty "
-    "dlopen dlsym dlvsym dlmopen __libc_dlopen_mode __libc_dlsym _dl_sym".split())
+PROCESS_SYMBOLS = frozenset("fork vfork _Fork __fork __vfork clone clone3 __clone __clone2 execve execv execvp execvpe "
+                            "execl execlp execle fexecve execveat posix_spawn posix_spawnp system popen syscall daemon "
+                            "forkpty dlopen dlsym dlvsym dlmopen __libc_dlopen_mode __libc_dlsym _dl_sym".split())
 
 
 def no_fork_exec():
-    """Import subprocess now, before the hook, with the one function in it that starts a process
-    without an audit event (`_posixsubprocess.fork_exec`) replaced by a refusal. Libraries import
-    subprocess (scipy, scikit-learn, matplotlib, numba do, starting nothing): their `import
-    subprocess` is then a look-up, while starting a process still meets the hook
-    ("subprocess.Popen", "os.fork", ...) or this refusal. A fresh copy of the C module is an
-    import the hook refuses."""
+    """Import subprocess before the hook (scipy, sklearn, matplotlib, numba import it and start
+    nothing), its one unaudited way to start a process (`_posixsubprocess.fork_exec`) replaced by a
+    refusal; Popen, os.fork, ... meet the hook, a fresh copy of the C module is an import it refuses."""
     import subprocess
     import _posixsubprocess
 
     def fork_exec(*args, **kwargs):
         raise PermissionError(BLOCK + WORDS["process"])
     _posixsubprocess.fork_exec = fork_exec
-    if hasattr(subprocess, "_fork_exec"):   # Python 3.12+ binds it at import
+    if hasattr(subprocess, "_fork_exec"):   # bound at import (3.11+)
         subprocess._fork_exec = fork_exec
 
 
@@ -111,8 +108,8 @@ def install_hook(tmp, deny, allow=(), salt=None):
     modules whose own code may use native libraries through ctypes (numba's llvmlite, or what the
     instructor lists): their calls are recognised by the module of the frame that made them; a
     function that starts a process or loads a library is never looked up, whoever asks. `deny`:
-    folders refused even where reads are open; with `salt`, salted sha256 hashes of their real
-    paths (the grader's way: the child never holds the instructor's paths, only their hashes)."""
+    sha256 hashes of `salt` + the real paths of folders refused even where reads are open (the
+    child never holds the instructor's paths)."""
     real, fspath, getpid = os.path.realpath, os.fspath, os.getpid
     # builtins the hook calls, bound now: a cell that replaces builtins.isinstance or any must
     # not change the hook's answers (os.path.realpath's helpers in posixpath can still be
@@ -129,22 +126,15 @@ def install_hook(tmp, deny, allow=(), salt=None):
              f"/proc/{pid}", "/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat",
              "/dev/null", "/dev/urandom", "/dev/random", "/dev/zero", tmp}
     reads = tuple(sorted({real(p) for p in reads if p and p != "/"}))
-    import hashlib
-    sha256 = hashlib.sha256
-    deny = frozenset(deny) if salt is not None else frozenset(
-        sha256(("" + real(p)).encode("utf-8", "surrogateescape")).hexdigest() for p in deny)
-    salt = salt or ""
+    sha256, deny, salt = hashlib.sha256, frozenset(deny), salt or ""
 
-    def denied(p):
-        """Is `p` (a real path) one of the denied folders or inside one? Each ancestor is hashed."""
-        while p:
+    def denied(p):   # is the real path p, or a folder above it, denied?
+        while True:
             if sha256((salt + p).encode("utf-8", "surrogateescape")).hexdigest() in deny:
                 return True
-            head = p.rpartition("/")[0]
-            if head == p or p == "/":
+            if p in ("/", ""):
                 return False
-            p = head or "/"
-        return False
+            p = p.rpartition("/")[0] or "/"
     writes = (tmp, "/dev/null")
     wflags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
     proc_events = {"os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
@@ -154,9 +144,7 @@ def install_hook(tmp, deny, allow=(), salt=None):
     native_events = {"ctypes.cdata", "ctypes.cdata/buffer", "ctypes.call_function", "ctypes.string_at",
                      "ctypes.wstring_at", "ctypes.dlsym", "ctypes.dlsym/handle"}
 
-    def by_allowed_module():
-        """Did an allowed module's own code make this call? The first frame above the hook that is
-        not ctypes' or the import system's decides, by the module whose globals it runs in."""
+    def by_allowed_module():   # the first frame above, not ctypes' or importlib's: its module decides
         f = getframe(2)
         while f is not None:
             g = f.f_globals
@@ -273,22 +261,22 @@ def describe_error(exc, cell_names, cells=None):
         kind = "syntax"
     else:
         kind = "exception"
-    where = ""
+    where, at = "", ""
     try:
         if isinstance(exc, SyntaxError) and exc.filename in cell_names:
-            if cells is not None:
-                cells["key"] = exc.filename[len("<cell "):-1]
+            at = exc.filename
             where = WORDS["where_cell"].format(line=exc.lineno, cell=cell_names[exc.filename],
                                                code=(exc.text or "").strip())
         else:
             frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in cell_names]
             if frames:
                 f = frames[-1]
-                if cells is not None:
-                    cells["key"] = f.filename[len("<cell "):-1]
+                at = f.filename
                 where = WORDS["where"].format(line=f.lineno, cell=cell_names[f.filename], function=f.name,
                                               code=(f.line or "").strip())
         msg = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if cells is not None and at:
+            cells["key"] = at[len("<cell "):-1]
     except BaseException:   # a hostile __str__ must not take the runner down
         msg = f"{type(exc).__name__}"
     return kind, msg[:2000], where[:500]
@@ -333,8 +321,7 @@ def run_tasks(tasks, ns, snap, send, cell_names, max_output):
                 value = fn(*args, **kwargs)
             except BaseException as exc:   # SystemExit and KeyboardInterrupt included
                 restore(snap)
-                raised = {}
-                kind, msg, where = describe_error(exc, cell_names, raised)
+                kind, msg, where = describe_error(exc, cell_names, raised := {})
                 send(ev="result", task=task["id"], i=i, ok=False, kind=kind, message=msg, where=where,
                      seconds=clock() - t0, cell=raised.get("key", ""))
                 continue
@@ -392,8 +379,7 @@ def main():
         try:
             exec(compile(cell["source"], name, "exec"), ns)
         except BaseException as exc:   # SystemExit and KeyboardInterrupt included
-            raised = {}
-            kind, msg, where = describe_error(exc, cell_names, raised)
+            kind, msg, where = describe_error(exc, cell_names, raised := {})
             error = {"kind": kind, "message": msg, "where": where, "cell": raised.get("key", "")}
         restore(snap)
         send(ev="cell_done", key=cell["key"], error=error)
