@@ -6,6 +6,7 @@ instructor's files and its seed. A sandbox is named but never started: no notebo
 gradable, so no child is needed (a graded class with honest students is
 tests/integration/test_grade_instructor.py)."""
 import csv
+import functools
 import io
 import json
 import os
@@ -61,6 +62,14 @@ def table(out):
     return rows[0], {r[0]: dict(zip(rows[0], r)) for r in rows[1:]}
 
 
+@functools.lru_cache(maxsize=1)
+def _bomb() -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:   # 70 MB of zeros in a few KB
+        z.writestr("hw.ipynb", b"\0" * (70 << 20))
+    return buf.getvalue()
+
+
 @pytest.fixture
 def refused(tmp_path):
     """A submissions folder where every entry is refused or unreadable, one way each."""
@@ -80,10 +89,7 @@ def refused(tmp_path):
         os.mknod(subs / "device" / "hw.ipynb", 0o666 | stat.S_IFCHR, os.makedev(1, 5))
     (subs / "locked").mkdir()
     (subs / "locked" / "hw.ipynb").write_text("{}")
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:   # 70 MB of zeros in a few KB
-        z.writestr("hw.ipynb", b"\0" * (70 << 20))
-    (subs / "bomb.zip").write_bytes(buf.getvalue())
+    (subs / "bomb.zip").write_bytes(_bomb())
     latin = os.fsencode(subs) + b"/jos\xe9"
     os.mkdir(latin)
     with open(latin + b"/hw.ipynb", "wb") as f:
