@@ -17,6 +17,7 @@ import re
 import unicodedata
 
 from .i18n import N_, _, count, language
+from .names import scheme_id
 
 # Column names of the course's tables (the rows' keys), marked for the catalog: a table shows
 # its header line through _(), so these read in Chinese in the Chinese edition while code keeps
@@ -84,10 +85,11 @@ _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
 def word(v: str) -> str:
-    """A text cell or column name as shown: its translation where the catalog has one; else
-    the translation of its template with the numbers put back ("all-reduce at 25 Gbit/s (s)"
-    through "all-reduce at {} Gbit/s (s)"); a name joined with + (sign+ef) part by part; a
-    ratio written 3.0x reads 3.0× in Chinese.
+    """A text cell, a column name or a scheme's name as shown, in tables, figures and sentences
+    alike: its translation where the catalog has one; else the translation of its template
+    with the numbers put back ("all-reduce at 25 Gbit/s (s)" through "all-reduce at {} Gbit/s
+    (s)"); a scheme's id (sign+ef, approx-topk-1%+ef, ddp int8: milktea.names) piece by piece;
+    a ratio written 3.0x reads 3.0× in Chinese.
 
     >>> word("partition"), word("8.0x"), word("all-reduce at 25 Gbit/s (s)")
     ('partition', '8.0x', 'all-reduce at 25 Gbit/s (s)')
@@ -101,6 +103,9 @@ def word(v: str) -> str:
         shown = _(template)
         if shown != template:
             return shown.format(*numbers)
+    shown = scheme_id(v)
+    if shown is not None:
+        return shown
     if language() == "zh" and _TIMES.match(v):
         return _TIMES.sub(r"\1×", v)
     if ", " in v:  # a list of words ("pearls, sugar"): 珍珠、糖度 in Chinese
@@ -132,17 +137,23 @@ def listing(words) -> str:
     return joined(word(str(w)) for w in words)
 
 
+# How each language lists names: the separator, and the stronger one used where a name holds
+# a separator of its own (so that the list still reads one item per name)
+LIST_SEPARATORS = {"en": (", ", "; "), "zh": ("、", "；")}
+_COMMAS = (",", "，", "、")
+
+
 def joined(names) -> str:
-    """Names already shown, joined as the language lists them; with "; " where a name has a
-    comma of its own, so that the list still reads as one item per name.
+    """Names already shown, joined as the language lists them (", " / "、"); with "; " / "；"
+    where a name has a comma of its own, so that the list still reads as one item per name.
 
     >>> joined(["int8", "Sign+EF, momentum corrected"]), joined(["int8", "dense"])
     ('int8; Sign+EF, momentum corrected', 'int8, dense')
     """
     names = [str(n) for n in names]
-    sep = _(", ")
-    if sep == ", " and any("," in n for n in names):
-        sep = "; "
+    sep, strong = LIST_SEPARATORS[language()]
+    if any(c in n for n in names for c in _COMMAS):
+        sep = strong
     return sep.join(names)
 
 

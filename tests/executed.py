@@ -72,8 +72,9 @@ def _rel(path: Path) -> Path:
     return path.relative_to(ROOT) if path.is_relative_to(ROOT) else Path("outside") / path.name
 
 
-def _kernel_manager(size: str):
-    """A kernel from the interpreter running the tests, whatever kernelspecs are installed."""
+def _kernel_manager(size: str, figure_texts: Path | None = None):
+    """A kernel from the interpreter running the tests, whatever kernelspecs are installed;
+    with `figure_texts`, every figure it draws appends its text there (tests/figure_texts.py)."""
     from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
     from jupyter_client.manager import KernelManager
 
@@ -86,10 +87,14 @@ def _kernel_manager(size: str):
     env.update(MPLBACKEND="module://matplotlib_inline.backend_inline", MILKTEA_SIZE=size,
                OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads,
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    startup = []
+    if figure_texts is not None:
+        env["MILKTEA_FIGURE_TEXTS"] = str(figure_texts)
+        startup = [f"--IPKernelApp.exec_files={ROOT / 'tests' / 'figure_texts.py'}"]
 
     class ThisPython(KernelSpecManager):
         def get_kernel_spec(self, kernel_name):
-            return KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            return KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}", *startup],
                               display_name="milktea tests", language="python", env=env)
 
     return KernelManager(kernel_spec_manager=ThisPython(), kernel_name="python3")
@@ -97,16 +102,27 @@ def _kernel_manager(size: str):
 
 def run_notebook(path: Path, size: str = "full"):
     """Execute every code cell of `path` in order in a fresh kernel; return the executed notebook
-    and {cell index: seconds}. Raises NotebookFailed naming the cell, its first lines and the error."""
+    and {cell index: seconds}. Raises NotebookFailed naming the cell, its first lines and the error.
+    The text of every figure a cell draws is kept in its metadata, under "figure_texts" (one list
+    of strings per figure: titles, labels, ticks, legends, annotations), for tests to read."""
+    import tempfile
+
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, km=_kernel_manager(size), timeout=CELL_TIMEOUT, allow_errors=False,
+    with tempfile.TemporaryDirectory() as tmp:
+        record = Path(tmp) / "figure_texts.jsonl"
+        record.touch()
+        return _run(nb, path, size, record, NotebookClient, (CellExecutionError, CellTimeoutError, DeadKernelError))
+
+
+def _run(nb, path, size, record: Path, NotebookClient, failures):
+    client = NotebookClient(nb, km=_kernel_manager(size, record), timeout=CELL_TIMEOUT, allow_errors=False,
                             record_timing=False, store_widget_state=True,
                             resources={"metadata": {"path": str(Path(path).parent)}})
-    times = {}
+    times, seen = {}, 0
     with client.setup_kernel():
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
@@ -114,11 +130,15 @@ def run_notebook(path: Path, size: str = "full"):
             t0 = time.perf_counter()
             try:
                 client.execute_cell(cell, index, execution_count=len(times) + 1)
-            except (CellExecutionError, CellTimeoutError, DeadKernelError) as e:
+            except failures as e:
                 head = "\n".join("    " + line for line in cell.source.splitlines()[:8])
                 raise NotebookFailed(f"{_rel(path)}: cell {index} failed ({type(e).__name__}) after "
                                      f"{time.perf_counter() - t0:.1f} s\n{head}\n\n{e}") from None
             times[index] = time.perf_counter() - t0
+            lines = record.read_text(encoding="utf-8").splitlines()
+            if len(lines) > seen:  # the figures this cell drew (the kernel wrote them before its reply)
+                nb.cells[index].metadata["figure_texts"] = [json.loads(line) for line in lines[seen:]]
+                seen = len(lines)
         client.set_widgets_metadata()  # the saved widget state, as JupyterLab's "save widget state"
     return nb, times
 

@@ -46,7 +46,7 @@ MILKTEA = {
 MOMENTUM_CORRECTED = ("topk-mc", "sign-mc")
 # the labels as tables show them (milktea.tables.word looks them up with their numbers as {})
 _LABELS = (N_("approx Top-{}%+EF, momentum corrected"), N_("Sign+EF, momentum corrected"),
-           N_("PowerSGD r{} batched+EF"))
+           N_("PowerSGD r{} batched+EF"), N_("Sign+EF"), N_("int4 stochastic"))
 TORCH = {
     "torch-fp16": "PyTorch fp16_compress_hook",
     "torch-bf16": "PyTorch bf16_compress_hook",

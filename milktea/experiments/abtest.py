@@ -153,9 +153,9 @@ def behind_dense(comparison, points: float = 5.0) -> str:
                                                   points / 100).kind == "behind"]
     if not behind:
         return verdicts.tidy("")
-    names = _(", ").join(_("{name} ({gap})").format(name=word(r["label"]),
-                                                   gap=verdicts.gap(r["accuracy"], dense["accuracy"], _("dense")))
-                         for r in behind)
+    names = joined(_("{name} ({gap})").format(name=word(r["label"]),
+                                              gap=verdicts.gap(r["accuracy"], dense["accuracy"], _("dense")))
+                   for r in behind)
     return verdicts.tidy(_("More than {points:g} points behind dense after {steps} steps: {names}.").format(
         points=points, steps=comparison.config["steps"], names=names))
 

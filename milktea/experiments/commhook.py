@@ -332,8 +332,9 @@ def demo_sentence(out: dict) -> str:
             rel=out["your hook vs dense (relative error)"])
     caps = sorted(k for k in out if k.startswith("buckets at bucket_cap_mb="))
     if caps:
-        text += " " + _("The same backward pass made {counts} hook calls at bucket_cap_mb = {caps} MB.").format(
-            counts=_(", ").join(str(out[k]) for k in caps), caps=_(", ").join(k.split("=")[1] for k in caps))
+        calls = [_("{n} hook call(s) at bucket_cap_mb = {cap} MB").format(n=out[caps[0]], cap=caps[0].split("=")[1])]
+        calls += [_("{n} at {cap} MB").format(n=out[k], cap=k.split("=")[1]) for k in caps[1:]]
+        text += " " + _("The same backward pass made {calls}.").format(calls=_(", ").join(calls))
     with_key = next((k for k in out if k.startswith("all-reduce calls") and k.endswith("with no_sync()")), None)
     without_key = next((k for k in out if k.startswith("all-reduce calls") and k.endswith("without no_sync()")), None)
     if with_key and without_key:

@@ -22,7 +22,7 @@ import torch
 
 from .. import cost
 from ..i18n import N_, _
-from ..tables import word
+from ..tables import joined, word
 from ..timing import median, time_it
 
 # How much a scheme asks of its user: (score 0..4, what it takes)
@@ -221,7 +221,7 @@ def loss_trend_sentence(comparison) -> str:
         return verdicts.tidy(_("Training loss over the run (first and last steps averaged): {runs}.").format(runs=runs))
     text = _("Training loss over the run (first and last steps averaged): {runs}. **A loss that ends above where it "
              "began is a warning**, whatever the accuracy after these few steps says: {names}.").format(
-        runs=runs, names=_(", ").join(word(r["scheme"]) for r in bad))
+        runs=runs, names=joined(word(r["scheme"]) for r in bad))
     shared = [r for r in bad if uses_ledger(r["name"]) and not corrects_momentum(r["name"])]
     corrected = [r for r in bad if corrects_momentum(r["name"])]
     other = [r for r in bad if r not in shared and r not in corrected]

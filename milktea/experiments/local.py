@@ -19,6 +19,7 @@ from ..compressors import Chain, Quantize, TopK
 from ..i18n import N_, _
 from ..local import AdamW, DataParallel, DiLoCo, LocalRun, OuterSGD, simulate
 from ..local.cost import bandwidth_for, local_cost
+from ..tables import word
 from . import verdicts
 
 INNER_LR = 3e-3
@@ -108,9 +109,9 @@ def compare(task, runs: dict, *, workers: int = 4, steps: int = 1000, batch: int
 def sentences(cmp: Comparison) -> list[str]:
     """One line per run against the first (DDP): bytes, and the final loss in words."""
     ref = cmp.rows[0]
-    return [_("**{scheme}**: {x}x fewer bytes than {ref}; final held-out loss {loss}.").format(
-        scheme=r["scheme"], x=_ratio(r["x fewer bytes than DDP"]), ref=ref["scheme"],
-        loss=verdicts.relative(r["val loss"], ref["val loss"], ref["scheme"])) for r in cmp.rows[1:]]
+    return [_("**{scheme}**: {x}x fewer bytes than {ref}; final validation loss {loss}.").format(
+        scheme=word(r["scheme"]), x=_ratio(r["x fewer bytes than DDP"]), ref=word(ref["scheme"]),
+        loss=verdicts.relative(r["val loss"], ref["val loss"], word(ref["scheme"]))) for r in cmp.rows[1:]]
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ def check_bytes_and_loss(row: dict, fewer: float, gap: float) -> Target:
     """At least `fewer` x fewer bytes than DDP with a final loss at most `gap` above DDP's."""
     ok = row["x fewer bytes than DDP"] >= fewer and row["gap to DDP"] <= gap
     text = _("{scheme}: {x}x fewer bytes than DDP (target >= {fewer:g}x), final loss {loss} (target: within {gap:.0%})").format(
-        scheme=row["scheme"], x=_ratio(row["x fewer bytes than DDP"], fewer), fewer=fewer,
+        scheme=word(row["scheme"]), x=_ratio(row["x fewer bytes than DDP"], fewer), fewer=fewer,
         loss=verdicts.relative(row["val loss"], row["val loss"] / (1 + row["gap to DDP"]), "DDP", limit=gap),
         gap=gap)
     return Target(text, ok)
@@ -136,8 +137,8 @@ def check_bytes_and_loss(row: dict, fewer: float, gap: float) -> Target:
 def check_outage(row: dict, reference: dict, gap: float) -> Target:
     d = row["val loss"] / reference["val loss"] - 1
     text = _("{scheme}: final loss {loss} (target: within {gap:.0%})").format(
-        scheme=row["scheme"], gap=gap,
-        loss=verdicts.relative(row["val loss"], reference["val loss"], reference["scheme"], limit=gap))
+        scheme=word(row["scheme"]), gap=gap,
+        loss=verdicts.relative(row["val loss"], reference["val loss"], word(reference["scheme"]), limit=gap))
     return Target(text, abs(d) <= gap)
 
 

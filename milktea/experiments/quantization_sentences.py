@@ -12,6 +12,7 @@ stands against dense SGD, and what 1-bit Adam saves over a whole run, warm-up in
 from __future__ import annotations
 
 from ..i18n import _
+from ..tables import word
 from . import verdicts
 
 
@@ -54,7 +55,7 @@ def training_sentence(histories: list, noise_points: float = 1.0) -> str:
     text = _("After {steps} steps dense SGD reaches {a:.1%}.").format(steps=dense.config["steps"], a=acc(dense))
     for h in histories[1:]:
         text += " " + _("{scheme}: {acc:.1%}, {gap}, sending {r:.0f}x fewer bytes.").format(
-            scheme=h.scheme, acc=acc(h), gap=verdicts.gap(acc(h), acc(dense), _("dense"), noise), r=h.ratio)
+            scheme=word(h.scheme), acc=acc(h), gap=verdicts.gap(acc(h), acc(dense), _("dense"), noise), r=h.ratio)
     text += " " + _("For sign, the ledger {effect}.").format(effect=verdicts.effect(acc(sign_ef), acc(sign), noise))
     text += " " + _("Plotted against bytes (right), each curve shows how much traffic a scheme needed to reach each "
                     "accuracy. This is one seed and 100 steps on a small task: gaps within ±{n:g} (accuracy points) are "

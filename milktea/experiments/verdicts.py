@@ -361,7 +361,7 @@ def relative(value: float, ref: float, ref_name: str, *, limit: float | None = N
     f = f"{{:.{digits}f}}"
     args = dict(v=f.format(value), r=f.format(ref), ref=ref_name, d=abs(d))
     if f"{abs(d):.1%}" == "0.0%":
-        text, kind = _("{v}, equal to {ref}'s {r}").format(**args), "equal"
+        text, kind = _("{v}, the same as {ref}").format(**args), "equal"   # one number: they print alike
     elif d > 0:
         text, kind = _("{v}, {d:.1%} above {ref}'s {r}").format(**args), "above"
     else:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..experiments.bottleneck import AllReduceMeasurement, Breakdown, PhoneNight, Scissors, seconds
-from ..i18n import N_, _
+from ..i18n import N_, _, count
 
 COMPUTE, COMM, IDLE = "tab:blue", "tab:orange", "tab:red"
 
@@ -35,8 +35,8 @@ def breakdown_bars(b: Breakdown, ax=None):
     ax.set_xticks([0, 0.25, 0.5, 0.75, 1], ["0", "25%", "50%", "75%", "100%"])
     ax.set_xlabel(_("share of one step"))
     ax.set_ylim(-0.5, 2.1)
-    ax.set_title(_("{params:.3g} parameters, {workers} workers, {gbit:.3g} Gbit/s, compute {compute}").format(
-        params=b.params, workers=b.workers, gbit=b.link.bandwidth / 125e6, compute=seconds(b.compute)), fontsize=10)
+    ax.set_title(_("{params} parameters, {workers} workers, {gbit:.3g} Gbit/s, compute {compute}").format(
+        params=count(b.params), workers=b.workers, gbit=b.link.bandwidth / 125e6, compute=seconds(b.compute)), fontsize=10)
     ax.legend(loc="upper center", fontsize=8, ncol=2, frameon=False)
     return ax
 

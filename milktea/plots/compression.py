@@ -21,11 +21,11 @@ def tradeoff_plot(curves: dict[str, list[Measurement]], ax=None, highlight: Meas
         if name == "quantize":
             for m in ms:
                 # above the point: below it, a label near zero error (int8) falls off the axes
-                ax.annotate(m.name, (m.ratio, m.rel_error), textcoords="offset points", xytext=(3, 5), fontsize=7,
+                ax.annotate(word(m.name), (m.ratio, m.rel_error), textcoords="offset points", xytext=(3, 5), fontsize=7,
                             annotation_clip=False)
     if highlight is not None:
         ax.plot([highlight.ratio], [highlight.rel_error], "*", color="tab:red", ms=16,
-                label=_("now: {name}").format(name=highlight.name), zorder=5)
+                label=_("now: {name}").format(name=word(highlight.name)), zorder=5)
     ax.set_xscale("log")
     ax.set_xlabel(_("compression ratio R = original bytes / wire bytes"))
     ax.set_ylabel(_("relative error ||g - C(g)|| / ||g||"))
@@ -39,12 +39,12 @@ def tradeoff_plot(curves: dict[str, list[Measurement]], ax=None, highlight: Meas
 def ratio_bars(lossless: dict[str, float], lossy: list[Measurement], ax=None):
     """Compression ratios side by side: general-purpose lossless codecs vs lossy schemes."""
     ax = _ax(ax, (7, 3.2))
-    names = [f"{k} (lossless)" for k in lossless] + [m.name for m in lossy]
+    names = [_("{name} (lossless)").format(name=k) for k in lossless] + [word(m.name) for m in lossy]
     vals = list(lossless.values()) + [m.ratio for m in lossy]
     colors = ["tab:gray"] * len(lossless) + ["tab:blue"] * len(lossy)
     bars = ax.bar(range(len(vals)), vals, color=colors)
     for b, v in zip(bars, vals):
-        ax.text(b.get_x() + b.get_width() / 2, v * 1.1, f"{v:.3g}x", ha="center", fontsize=8)
+        ax.text(b.get_x() + b.get_width() / 2, v * 1.1, word(f"{v:.3g}x"), ha="center", fontsize=8)
     ax.set_xticks(range(len(vals)), names, rotation=30, ha="right", fontsize=8)
     ax.set_yscale("log")
     ax.set_ylim(0.8, max(vals) * 4)

@@ -90,7 +90,7 @@ def evaluation(rows, ax=None):
             continue
         R = r.get("R") if isinstance(r.get("R"), float) and math.isfinite(r["R"]) else 1.0
         ax.scatter(sp, r["test accuracy"], s=40 + 25 * math.log2(max(R, 1.0)) ** 1.5, alpha=0.75,
-                   label=f"{r['scheme']} (R={R:.0f})")
+                   label=_("{scheme} (R={ratio:.0f})").format(scheme=word(r["scheme"]), ratio=R))
     ax.axvline(1.0, color="k", lw=0.8)
     ax.set_xscale("log")
     # a narrow log range gets a single decade tick: place readable ticks across the data instead
@@ -100,7 +100,7 @@ def evaluation(rows, ax=None):
     ticks = [t for t in nice if lo <= t <= hi]
     ax.set_xlim(lo, hi)
     ax.set_xticks(ticks)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}x"))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: word(f"{v:g}x")))
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(_("speedup over dense (measured step time)"))
     ax.set_ylabel(_("test accuracy at the end"))
@@ -113,10 +113,10 @@ def repriced(rows, gbit: float, ax=None):
     """Step time per scheme if the run had a `gbit` link."""
     ax = _ax(ax, (7, 3))
     names = [r["scheme"] for r in rows]
-    ax.barh(names, [r["step ms"] for r in rows], color=["tab:gray" if n.startswith("dense") else "tab:blue"
-                                                        for n in names])
+    ax.barh([word(n) for n in names], [r["step ms"] for r in rows],
+            color=["tab:gray" if n.startswith("dense") else "tab:blue" for n in names])
     for i, r in enumerate(rows):
-        ax.text(r["step ms"], i, f" {r['speedup']:.2f}x", va="center", fontsize=8)
+        ax.text(r["step ms"], i, " " + word(f"{r['speedup']:.2f}x"), va="center", fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(_("ms per step (cost model with this run's compute, codec and collectives)"))
     ax.set_title(_("the same run on a {gbit:.3g} Gbit/s link").format(gbit=gbit), fontsize=10)

@@ -26,7 +26,8 @@ def gantt(ax, tl, title: str = "", xmax: float | None = None):
     ax.set_ylim(-0.2, 2.0)
     if xmax:
         ax.set_xlim(0, xmax * ms)
-    ax.set_title(f"{title}: {tl.total * ms:.0f} ms" if title else f"{tl.total * ms:.0f} ms", fontsize=10)
+    ax.set_title(_("{title} ({ms:.0f} ms)").format(title=title, ms=tl.total * ms) if title else f"{tl.total * ms:.0f} ms",
+                 fontsize=10)
     return ax
 
 
@@ -152,10 +153,10 @@ def ab_step_times(comparison, ax=None):
             left += width
         ax.plot(r["step_ms"], i, "k|", ms=16, mew=2, label=_("measured step") if i == 0 else None)
         ax.plot(r["predicted_ms"], i, "kx", ms=8, label=_("cost model") if i == 0 else None)
-    ax.set_yticks(range(len(rows)), [r["label"] for r in rows])
+    ax.set_yticks(range(len(rows)), [word(r["label"]) for r in rows])
     ax.invert_yaxis()
     ax.set_xlabel(_("ms per step (the bars' parts can overlap in time: their sum may exceed the step)"))
-    ax.set_title(_("step time, {where}").format(where=comparison.where.split(',')[0]), fontsize=10)
+    ax.set_title(_("step time, {where}").format(where=comparison.where.split(_(", "))[0]), fontsize=10)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
     return ax
 
@@ -166,7 +167,7 @@ def ab_accuracy(comparison, ax=None):
     if ax is None:
         import matplotlib.pyplot as plt
         _fig, ax = plt.subplots(figsize=(5, 0.45 * len(rows) + 1.4))
-    ax.barh([r["label"] for r in rows], [r["accuracy"] for r in rows], color="tab:green")
+    ax.barh([word(r["label"]) for r in rows], [r["accuracy"] for r in rows], color="tab:green")
     ax.invert_yaxis()
     ax.set_xlabel(_("test accuracy after {v} steps").format(v=comparison.config['steps']))
     ax.set_xlim(0, 1)

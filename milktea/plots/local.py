@@ -7,6 +7,7 @@ import math
 from ..i18n import _
 from ..tables import word
 from .quantization import _ax, _fig
+from .training import metric_name
 
 
 def _cumulative_mb(history) -> list[float]:
@@ -28,8 +29,9 @@ def loss_curves(histories: dict, fig=None):
     left.set_xlabel(_("inner steps (the same tokens for every run)"))
     right.set_xlabel(_("MB sent per worker (log scale)"))
     right.set_xscale("log")
+    task = next(iter(histories.values())).task if histories else None
     for ax in (left, right):
-        ax.set_ylabel(_("held-out loss"))
+        ax.set_ylabel(metric_name("loss", task))
         ax.legend(fontsize="small")
     fig.tight_layout()
     return fig

@@ -2,7 +2,13 @@
 from __future__ import annotations
 
 import numpy as np
-from ..i18n import _
+
+from ..i18n import N_, _
+from ..tables import word
+
+# the rank sweep's "relative error" column is one power step from a random start
+_SWEEP_LEGEND = {"relative error": N_("one step from a random start")}
+_TRACE_LEGEND = (N_("warm start"), N_("cold start"), N_("best possible (SVD)"))   # warm_start_trace's keys
 
 
 def _axes(axes, n):
@@ -35,7 +41,7 @@ def rank_sweep(rows: list, ax=None):
     R = [r["R"] for r in rows]
     keys = [k for k in rows[0] if k not in ("rank", "R")]
     for k, style in zip(keys, ("o--", "s-", "k:")):
-        ax.plot(R, [r[k] for r in rows], style, label=k, ms=4)
+        ax.plot(R, [r[k] for r in rows], style, label=_(_SWEEP_LEGEND[k]) if k in _SWEEP_LEGEND else word(k), ms=4)
     for r in rows:
         ax.annotate(f"r={r['rank']}", (r["R"], r[keys[0]]), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
@@ -50,7 +56,7 @@ def warm_start(trace: dict, ax=None):
     """Per-step relative error with and without the warm start."""
     ax = _axes(ax, 1)
     for k, style in zip(trace, ("-o", "--s", "k:")):
-        ax.plot(np.arange(1, len(trace[k]) + 1), trace[k], style, ms=3, label=k)
+        ax.plot(np.arange(1, len(trace[k]) + 1), trace[k], style, ms=3, label=word(k))
     ax.set_xlabel(_("training step"))
     ax.set_ylabel(_("relative error of the rank-r report"))
     ax.legend(fontsize=8)

@@ -6,7 +6,10 @@ import math
 
 import numpy as np
 from ..tables import word
-from ..i18n import _
+from ..i18n import N_, _
+from .training import metric_name
+
+PARTS = (N_("header"), N_("indices"), N_("values"))   # where a sparse packet's bytes go
 
 
 def _fig(fig, figsize, ncols=1, nrows=1, **kw):
@@ -45,7 +48,8 @@ def bit_widths(rows, ax=None):
     errs = [r.rel_error for r in rows]
     ax.plot(bits, errs, "o-", color="tab:blue")
     for r in rows:
-        ax.annotate(f"{r.name}, R={r.ratio:.1f}x", (r.bits_per_entry, r.rel_error), fontsize=8,
+        ax.annotate(_("{name} (R={ratio})").format(name=word(r.name), ratio=word(f"{r.ratio:.1f}x")),
+                    (r.bits_per_entry, r.rel_error), fontsize=8,
                     textcoords="offset points", xytext=(6, -12))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -64,7 +68,7 @@ def chunk_sweep(curves: dict, ax=None):
         ys = [r["relative error"] for r in rows]
         line, = ax.plot(xs, ys, "o-", label=word(label))
         for r in rows:
-            ax.annotate(str(r["chunk"]), (r["bits/entry"], r["relative error"]), fontsize=7,
+            ax.annotate(word(str(r["chunk"])), (r["bits/entry"], r["relative error"]), fontsize=7,
                         textcoords="offset points", xytext=(3, 3), color=line.get_color())
     ax.set_yscale("log")
     ax.set_xlabel(_("bits per entry (codes + one fp32 scale per chunk)"))
@@ -108,7 +112,7 @@ def variance(rows, ax=None):
     pos = np.arange(len(rows))
     ax.bar(pos - 0.2, [r.measured for r in rows], 0.4, label=_("measured"))
     ax.bar(pos + 0.2, [r.bound for r in rows], 0.4, label=_("bound min(d/s², √d/s)"))
-    ax.set_xticks(pos, [f"s={r.levels}\n{r.bits} bit" for r in rows])
+    ax.set_xticks(pos, [_("s={levels}\n{bits} bit").format(levels=r.levels, bits=r.bits) for r in rows])
     ax.set_yscale("log")
     ax.set_ylabel(_("variance / ||x||²"))
     ax.set_title(_("QSGD: measured variance under the bound"))
@@ -122,15 +126,15 @@ def training(histories, fig=None, metric: str = "accuracy"):
     for h in histories:
         ys = h.evals[metric]
         style = {"color": "k", "ls": "--"} if h.scheme == "dense" else {}
-        a.plot(h.eval_steps, ys, label=h.scheme, **style)
+        a.plot(h.eval_steps, ys, label=word(h.scheme), **style)
         cum = np.concatenate([[0.0], np.cumsum(h.bytes_per_worker)]) / 1e6
         pts = [(cum[s], y) for s, y in zip(h.eval_steps, ys) if s > 0]   # 0 bytes has no log position
-        b.plot([p[0] for p in pts], [p[1] for p in pts], label=h.scheme, **style)
+        b.plot([p[0] for p in pts], [p[1] for p in pts], label=word(h.scheme), **style)
     a.set_xlabel(_("step"))
     b.set_xlabel(_("MB sent per worker (log scale)"))
     b.set_xscale("log")
     for ax in (a, b):
-        ax.set_ylabel(metric)
+        ax.set_ylabel(metric_name(metric, histories[0].task if histories else None))
         ax.legend(fontsize="small")
     a.set_title(_("per step"))
     b.set_title(_("per byte sent"))
@@ -141,14 +145,15 @@ def training(histories, fig=None, metric: str = "accuracy"):
 def stacked(rows, ax=None):
     """Where the bytes of a sparse packet go: header, indices, values."""
     ax = _ax(ax, (6.5, 2.8))
-    names = [r["scheme"] for r in rows]
+    names = [word(r["scheme"]) for r in rows]
     left = np.zeros(len(rows))
-    for part, color in (("header", "tab:gray"), ("indices", "tab:orange"), ("values", "tab:blue")):
+    for part, color in zip(PARTS, ("tab:gray", "tab:orange", "tab:blue")):
         vals = np.array([r[part] for r in rows], dtype=float)
         ax.barh(names, vals, left=left, color=color, label=_(part))  # the column name, shown translated
         left += vals
     for i, r in enumerate(rows):
-        ax.text(left[i], i, f"  {r['bytes']} B, R={r['R']:.0f}x", va="center", fontsize=8)
+        ax.text(left[i], i, "  " + _("{nbytes} B (R={ratio})").format(nbytes=r["bytes"], ratio=word(f"{r['R']:.0f}x")),
+                va="center", fontsize=8)
     ax.set_xlim(0, left.max() * 1.35)
     ax.invert_yaxis()
     ax.set_xlabel(_("bytes on the wire"))
@@ -172,10 +177,11 @@ def snap(s, fig=None, show: int = 40):
     top.add_collection(LineCollection([[(a, 1), (b, 0)] for a, b in zip(x, y)], colors="tab:gray", lw=0.6))
     top.scatter(x, np.ones_like(x), s=14, color="tab:blue", label=_("sent"), zorder=3)
     top.scatter(y, np.zeros_like(y), s=14, color="tab:red", label=_("decoded"), zorder=3)
-    top.set_yticks([0, 1], ["decoded", "original"])
+    top.set_yticks([0, 1], [_("decoded"), _("original")])
     top.set_xlim(lo - 0.05 * (hi - lo + 1e-12), hi + 0.05 * (hi - lo + 1e-12))
     top.set_ylim(-0.4, 1.4)
-    top.set_title(_("{name}: {nbytes} bytes (R={ratio:.1f}x), relative error {rel_error:.3f}").format(name=s.name, nbytes=s.nbytes, ratio=s.ratio, rel_error=s.rel_error))
+    top.set_title(_("{name}: {nbytes} bytes (R={ratio}), relative error {rel_error:.3f}").format(
+        name=word(s.name), nbytes=s.nbytes, ratio=word(f"{s.ratio:.1f}x"), rel_error=s.rel_error))
     scaled = s.error_in_half_steps
     if scaled is not None:
         # each entry against its own chunk's half step, so one pair of dashed lines fits every chunk

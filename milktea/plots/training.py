@@ -10,9 +10,24 @@ from __future__ import annotations
 
 from ..i18n import N_, _
 from ..simulate import History
+from ..tables import word
 
 # the axis names of the metrics a run keeps, as a reader sees them
 SHOWN = {"train loss": N_("training loss"), "loss": N_("loss"), "accuracy": N_("accuracy"), "error": N_("error")}
+# held-out metrics by task: the digits' held-out split is a test set, the tiny GPT's a validation set
+HELD_OUT = {("digits", "accuracy"): N_("test accuracy"), ("digits", "loss"): N_("test loss"),
+            ("gpt", "loss"): N_("validation loss")}
+
+
+def metric_name(metric: str, task: str | None = None) -> str:
+    """The axis name of `metric` (a key of History.evals, or "train loss") as the reader sees
+    it; with the run's `task` name, which held-out split it was measured on.
+
+    >>> metric_name("loss", "gpt"), metric_name("accuracy", "digits"), metric_name("perplexity")
+    ('validation loss', 'test accuracy', 'perplexity')
+    """
+    key = HELD_OUT.get((task, metric)) or SHOWN.get(metric)
+    return _(key) if key else word(metric)
 
 
 def curve(history: History, ax=None, metric: str | None = None, x: str = "step"):
@@ -42,10 +57,10 @@ def curve(history: History, ax=None, metric: str | None = None, x: str = "step")
         xs, label = [cum[s] / 1e6 for s in steps], _("MB sent per worker")
     else:
         xs, label = steps, _("step")
-    ax.plot(xs, ys, label=h.scheme)
+    ax.plot(xs, ys, label=word(h.scheme))
     if metric in ("train loss", "loss", "error"):
         ax.set_yscale("log")
     ax.set_xlabel(label)
-    ax.set_ylabel(_(SHOWN[metric]) if metric in SHOWN else metric)
+    ax.set_ylabel(metric_name(metric, h.task))
     ax.legend()
     return ax

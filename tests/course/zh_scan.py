@@ -10,7 +10,10 @@ and returns one `Finding` per problem in what its outputs show:
 - number formats a Chinese book does not use: `4e+03` (scientific notation for a large
   number; `1e-05` is fine), `3.0x` (write
   倍 or ×), half-width , ; : . ? ! right after a Chinese character;
-- matplotlib's missing-glyph warnings (a figure drew boxes), anywhere in the outputs.
+- the text of every figure a cell drew (titles, axis labels, tick labels, legends,
+  annotations), which tests/executed.py keeps in the cell's metadata ("figure_texts");
+- matplotlib's missing-glyph warnings (a figure drew boxes) and its font fallbacks
+  ("findfont: Failed to find font weight bold ..."), anywhere in the outputs.
 
 Each finding names the cell (its id) and quotes the string, so a failure says what to fix::
 
@@ -39,7 +42,7 @@ ALLOW = frozenset(w.lower() for w in """
     K N k n d r R s t p x y g w e T H P Q M m i j
     vs nan NaN inf Inf OK
     digits DGC's A/B Linux macOS Windows Debian Ubuntu Chrome Chromium iid tensor
-    Sign Sign+EF 1-bit BERT-large GPT-2 XL ResNet-50 Milktea Sans SC WenQuanYi Micro Hei Noto CJK
+    1-bit BERT-large GPT-2 XL ResNet-50 Milktea Sans SC WenQuanYi Micro Hei Noto CJK
     alpha beta gamma sqrt log exp max min argmax
     id ids dtype
 """.split())
@@ -59,9 +62,10 @@ _CODE = re.compile(r"^(?:\w*[_\d]\w*|\w+(?:\.\w+)+|[a-z]+[A-Z]\w*|[A-Z][a-z]+[A-
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*[A-Za-z]|[A-Za-z]")
 _WORDS = re.compile(r"(?:[A-Za-z][\w'’./%+-]*)(?:[ \t]+[A-Za-z][\w'’./%+-]*)*")
 _SCIENTIFIC = re.compile(r"\d(?:\.\d+)?[eE]\+?\d+")  # large numbers: 1.38e+03 (1e-05 is fine)
-_TIMES_X = re.compile(r"\d(?:\.\d+)?x(?![A-Za-z0-9])")
+_TIMES_X = re.compile(r"(?<![\d.])\d+(?:\.\d+)?x(?![A-Za-z0-9])")
 _HALF_WIDTH = re.compile(rf"(?<=[{_CJK}])\s*([,;:?!]|\.(?![\d.]))|([,;:?!])(?=\s*[{_CJK}])")
 _GLYPH = re.compile(r"missing from (?:current )?font|does not have a glyph", re.I)
+_FINDFONT = re.compile(r"findfont: [^\n]*")
 _TAGS = re.compile(r"<(script|style)\b.*?</\1>|<[^>]+>", re.S | re.I)
 
 
@@ -69,14 +73,14 @@ _TAGS = re.compile(r"<(script|style)\b.*?</\1>|<[^>]+>", re.S | re.I)
 class Finding:
     cell: str
     where: str   # stdout, stderr, text/plain, text/markdown, text/html, widget <name>
-    kind: str    # English, scientific, times-x, half-width, glyph
+    kind: str    # English, scientific, times-x, half-width, glyph, font
     found: str
     text: str    # the line (or label) it was found in
 
     def __str__(self):
         what = {"English": f"English {self.found!r}", "scientific": f"scientific notation {self.found!r}",
                 "times-x": f"{self.found!r} (write 倍 or ×)", "half-width": f"half-width {self.found!r} after Chinese",
-                "glyph": "missing glyph"}[self.kind]
+                "glyph": "missing glyph", "font": "matplotlib's font fallback"}[self.kind]
         return f"cell {self.cell}, {self.where}: {what} in {self.text[:160]!r}"
 
 
@@ -135,6 +139,9 @@ def check_text(text: str, cell: str, where: str, allow=ALLOW) -> list[Finding]:
             continue
         if _GLYPH.search(line):
             found.append(Finding(cell, where, "glyph", _GLYPH.search(line).group(0), line.strip()))
+            continue
+        if _FINDFONT.search(line):
+            found.append(Finding(cell, where, "font", _FINDFONT.search(line).group(0), line.strip()))
             continue
         found += [Finding(cell, where, "English", run, line.strip()) for run in english_words(line, allow)]
         found += [Finding(cell, where, "scientific", m.group(0), line.strip()) for m in _SCIENTIFIC.finditer(line)]
@@ -202,10 +209,13 @@ def scan(nb, allow=ALLOW) -> list[Finding]:
         cid = cell.get("id", str(index))
         for output in cell.get("outputs", []):
             for where, text in _output_texts(output):
-                if where == "stderr":  # third-party warnings and progress bars: glyphs only
-                    found += [f for f in check_text(text, cid, where, allow) if f.kind == "glyph"]
+                if where == "stderr":  # third-party warnings and progress bars: glyphs and fonts only
+                    found += [f for f in check_text(text, cid, where, allow) if f.kind in ("glyph", "font")]
                 else:
                     found += check_text(text, cid, where, allow)
+        for number, texts in enumerate(cell.get("metadata", {}).get("figure_texts", []), 1):
+            for text in texts:
+                found += check_text(text, cid, f"figure {number}", allow)
     owners = _widget_owners(nb)
     for model_id, where, text in widget_texts(nb):
         found += check_text(text, owners.get(model_id, f"widget {model_id[:8]}"), where, allow)

@@ -39,6 +39,43 @@ def test_checker_leaves_the_right_words_alone(text):
     assert zh_glossary.violations(text, terms, fixed) == []
 
 
+@pytest.mark.parametrize("text, variant", [("就称 $C$ 是一个 **$k$-压缩映射**", "k-压缩映射"),
+                                           ("误差 / ($\\text{量化步长}$ / 2)", "量化步长"),
+                                           ("Top-K 这类 $k$-压缩映射压缩器", "k-压缩映射")])
+def test_checker_sees_terms_inside_math_and_emphasis(text, variant):
+    """Math and bold marks split a term for the eye, not for the reader: they are read through."""
+    terms, fixed = zh_glossary.load()
+    assert variant in [v.variant for v in zh_glossary.violations(text, terms, fixed)]
+
+
+@pytest.mark.parametrize("text, rule", [
+    ("按 DGC（Lin 等（2018））的做法", zh_glossary.NESTED),
+    ("**{scheme}**：预测 {p:.1f} ms，实测 {m:.1f} ms：{split}。", zh_glossary.COLONS),
+    ("{path}：解压后比文件头声明的大：没有评分", zh_glossary.COLONS)])
+def test_habits_are_found(text, rule):
+    assert [h.rule for h in zh_glossary.habits(text, "x")] == [rule]
+
+
+@pytest.mark.parametrize("text", ["DGC（Lin 等，2018）的做法", "预测：12 ms。实测：13 ms；模型：14 ms",
+                                  "近似 Top-1%+EF（带动量修正）、符号压缩+EF（带动量修正）"])
+def test_habits_leave_good_sentences_alone(text):
+    assert zh_glossary.habits(text, "x") == []
+
+
+def test_catalog_sentences_read_naturally():
+    """The library's sentence templates: one ： per sentence at most (a label and its value), no
+    brackets inside brackets (a citation inside brackets is （Lin 等，2018））."""
+    problems = [h for where, text in zh_glossary.catalog_texts() for h in zh_glossary.habits(text, where)]
+    assert not problems, "\n  ".join(map(str, problems))
+
+
+def test_chinese_notebooks_cite_without_nested_brackets():
+    """QSGD（Alistarh 等，2017）, not QSGD（Alistarh 等（2017））."""
+    problems = [h for where, text in zh_glossary.notebook_texts()
+                for h in zh_glossary.habits(text, where, colons=False, citations_only=True)]
+    assert not problems, "\n  ".join(map(str, problems))
+
+
 def test_catalog_follows_the_glossary():
     problems = zh_glossary.check(zh_glossary.catalog_texts())
     assert not problems, "use the glossary's terms (docs/glossary.zh.md):\n  " + "\n  ".join(map(str, problems))

@@ -120,3 +120,42 @@ def test_error_outputs_are_read():
 def test_the_modules_own_examples():
     import doctest
     assert doctest.testmod(zh_scan).failed == 0
+
+
+def test_figure_text_is_read_with_its_cell():
+    """tests/executed.py keeps each figure's text in its cell's metadata: legends, ticks and titles
+    are scanned like printed text."""
+    nb = _nb()
+    nb.cells[1].metadata["figure_texts"] = [["稠密方案", "符号压缩+EF", "0.5"], ["accuracy", "R=78x"]]
+    assert _kinds(nb) == [("ch07-06", "figure 2", "English", "accuracy"), ("ch07-06", "figure 2", "times-x", "78x")]
+
+
+def test_font_fallbacks_in_stderr_are_found():
+    line = "findfont: Failed to find font weight bold for Milktea Sans SC, now using 400.\n"
+    found = zh_scan.scan(_nb(v4.new_output("stream", name="stderr", text=line)))
+    assert [(f.kind, f.where) for f in found] == [("font", "stderr")]
+
+
+def test_recorder_writes_each_figures_text(tmp_path, monkeypatch):
+    """The kernel-side recorder (tests/figure_texts.py): every figure saved appends its text."""
+    import io
+    import json
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    record = tmp_path / "texts.jsonl"
+    monkeypatch.setenv("MILKTEA_FIGURE_TEXTS", str(record))
+    spec = importlib.util.spec_from_file_location("figure_texts", ROOT / "tests" / "figure_texts.py")
+    recorder = importlib.util.module_from_spec(spec)
+    from matplotlib.backend_bases import FigureCanvasBase
+    monkeypatch.setattr(FigureCanvasBase, "print_figure", FigureCanvasBase.print_figure)  # undone after the test
+    spec.loader.exec_module(recorder)
+    fig = Figure()
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    ax.plot([0, 1], label="稠密方案")
+    ax.set_title("梯度")
+    ax.legend()
+    fig.savefig(io.BytesIO(), format="png")
+    texts = json.loads(record.read_text(encoding="utf-8").splitlines()[-1])
+    assert "梯度" in texts and "稠密方案" in texts and "0.0" in texts   # title, legend, a tick label
