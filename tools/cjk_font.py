@@ -1,8 +1,10 @@
-"""Build the Chinese font the library ships: a subset of Noto Sans CJK SC Regular (SIL OFL 1.1).
+"""Build the Chinese font the library ships: subsets of Noto Sans CJK SC Regular and Bold (SIL OFL 1.1).
 
 Figures in the Chinese edition need glyphs on a machine that has no CJK font, so the library
-ships one (milktea/fonts/): only the characters the project's Chinese text uses, renamed
-"Milktea Sans SC" so that it never shadows a full Noto font installed on the system. Which
+ships one (milktea/fonts/), in two weights (bold text, such as a figure's box labels, needs
+its own glyphs, or matplotlib falls back to the regular ones and says so): only the
+characters the project's Chinese text uses, renamed "Milktea Sans SC" so that it never
+shadows a full Noto font installed on the system. Which
 characters: every character of the Chinese notebooks (notebooks/zh, exercises/zh,
 solutions/zh), the library's catalog, the glossary, the Chinese README, any Chinese literal
 in milktea/ (the grader), printable ASCII and the common full-width punctuation, plus
@@ -10,7 +12,7 @@ JupyterLab's own Chinese menus where the language pack is installed (for `make l
 tests/unit/test_cjk_font.py fails when Chinese text uses a character the font lacks; then run
 
     python tools/cjk_font.py            # fetches Debian's fonts-noto-cjk (apt-get download), rebuilds
-    python tools/cjk_font.py --source NotoSansCJK-Regular.ttc   # or from a file you have
+    python tools/cjk_font.py --source DIR   # or from a folder holding NotoSansCJK-{Regular,Bold}.ttc
 
 fontTools (a matplotlib dependency) does the subsetting; this script is needed only when
 the text changes, never at run time.
@@ -27,11 +29,12 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "milktea" / "fonts" / "MilkteaSansSC-Regular.otf"
+FONTS = ROOT / "milktea" / "fonts"
+WEIGHTS = ("Regular", "Bold")   # MilkteaSansSC-<weight>.otf from NotoSansCJK-<weight>.ttc
 FAMILY = "Milktea Sans SC"
-SOURCE_FACE = "Noto Sans CJK SC"  # the face inside Debian's NotoSansCJK-Regular.ttc
+SOURCE_FACE = "Noto Sans CJK SC"  # the face inside Debian's NotoSansCJK-<weight>.ttc
 DEBIAN_PACKAGE = "fonts-noto-cjk"
-DEBIAN_PATH = "usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc"
+DEBIAN_FOLDER = "usr/share/fonts/opentype/noto"
 
 # Full-width and CJK punctuation a Chinese sentence may use, whether or not it does today.
 PUNCTUATION = "，。、；：？！“”‘’（）《》〈〉【】「」『』…—～·￥％＋－＝／　"
@@ -93,14 +96,18 @@ def characters(texts) -> set[str]:
 
 
 def fetch_source(folder: Path) -> Path:
-    """Debian's fonts-noto-cjk, downloaded with apt-get and unpacked into `folder`."""
+    """Debian's fonts-noto-cjk, downloaded with apt-get and unpacked into `folder`; the folder of its .ttc files."""
     subprocess.run(["apt-get", "download", DEBIAN_PACKAGE], cwd=folder, check=True)
     deb = next(Path(folder).glob(f"{DEBIAN_PACKAGE}_*.deb"))
     subprocess.run(["dpkg-deb", "-x", str(deb), str(folder / "x")], check=True)
-    return folder / "x" / DEBIAN_PATH
+    return folder / "x" / DEBIAN_FOLDER
 
 
-def build(source: Path, chars: set[str], out: Path = OUT) -> int:
+def out_path(weight: str) -> Path:
+    return FONTS / f"{FAMILY.replace(' ', '')}-{weight}.otf"
+
+
+def build(source: Path, chars: set[str], out: Path, weight: str = "Regular") -> int:
     """Subset `source` (a .ttc holding SOURCE_FACE, or one .otf) to `chars`; write `out`."""
     from fontTools import subset
     from fontTools.ttLib import TTCollection, TTFont
@@ -119,16 +126,17 @@ def build(source: Path, chars: set[str], out: Path = OUT) -> int:
     subsetter = subset.Subsetter(options)
     subsetter.populate(unicodes={ord(c) for c in chars})
     subsetter.subset(font)
-    _rename(font)
+    _rename(font, weight)
     out.parent.mkdir(parents=True, exist_ok=True)
     font.save(str(out))
     return out.stat().st_size
 
 
-def _rename(font) -> None:
-    """OFL: a modified font takes its own name (family, full name, PostScript name)."""
-    names = {1: FAMILY, 2: "Regular", 3: f"{FAMILY.replace(' ', '')}-Regular;subset of {SOURCE_FACE}",
-             4: f"{FAMILY} Regular", 6: f"{FAMILY.replace(' ', '')}-Regular", 16: FAMILY, 17: "Regular"}
+def _rename(font, weight: str = "Regular") -> None:
+    """OFL: a modified font takes its own name (family, full name, PostScript name); the
+    weight (style name, and OS/2's weight class from the source) says Regular or Bold."""
+    names = {1: FAMILY, 2: weight, 3: f"{FAMILY.replace(' ', '')}-{weight};subset of {SOURCE_FACE}",
+             4: f"{FAMILY} {weight}", 6: f"{FAMILY.replace(' ', '')}-{weight}", 16: FAMILY, 17: weight}
     table = font["name"]
     for rec in list(table.names):
         if rec.nameID in (16, 17) or rec.langID not in (0x409, 0):
@@ -147,15 +155,16 @@ def _rename(font) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", type=Path, help="NotoSansCJK-Regular.ttc (default: apt-get download)")
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--source", type=Path, help="folder holding NotoSansCJK-{Regular,Bold}.ttc "
+                                                      "(default: apt-get download)")
     args = parser.parse_args(argv)
     chars = characters([*course_texts().values(), *lab_texts().values()])
     with tempfile.TemporaryDirectory() as tmp:
         source = args.source or fetch_source(Path(tmp))
-        size = build(source, chars, args.out)
-    print(f"{args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}: "
-          f"{len(chars)} characters, {size / 1024:.0f} KiB")
+        for weight in WEIGHTS:
+            out = out_path(weight)
+            size = build(source / f"NotoSansCJK-{weight}.ttc", chars, out, weight)
+            print(f"{out.relative_to(ROOT)}: {len(chars)} characters, {size / 1024:.0f} KiB")
     return 0
 
 

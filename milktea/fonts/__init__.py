@@ -1,10 +1,11 @@
 """The Chinese font the library ships: figures and JupyterLab show Chinese on any machine.
 
-``MilkteaSansSC-Regular.otf`` is a subset of Noto Sans CJK SC Regular (SIL OFL 1.1, see
-``OFL.txt`` beside it) holding the characters the course's Chinese text uses; it is built
-by ``tools/cjk_font.py``. ``i18n.use("zh")`` puts it, and any CJK font the system has, after
-matplotlib's usual families, so Latin text and math keep their look and Chinese characters
-come from a font that has them::
+``MilkteaSansSC-Regular.otf`` and ``MilkteaSansSC-Bold.otf`` are subsets of Noto Sans CJK SC
+Regular and Bold (SIL OFL 1.1, see ``OFL.txt`` beside them) holding the characters the
+course's Chinese text uses; ``tools/cjk_font.py`` builds both. ``i18n.use("zh")`` puts the
+family, and any CJK font the system has, after matplotlib's usual families, so Latin text and
+math keep their look and Chinese characters come from a font that has them; bold text finds
+its own weight (no "findfont: Failed to find font weight bold" reaches a reader)::
 
     >>> from milktea import fonts
     >>> fonts.register()
@@ -23,6 +24,7 @@ from pathlib import Path
 
 FAMILY = "Milktea Sans SC"
 PATH = Path(__file__).with_name("MilkteaSansSC-Regular.otf")
+BOLD = Path(__file__).with_name("MilkteaSansSC-Bold.otf")
 
 # System families with Simplified Chinese glyphs, best first: Debian/Ubuntu (fonts-noto-cjk,
 # fonts-wqy-microhei), then macOS and Windows. Used after the shipped font, for characters
@@ -36,17 +38,32 @@ _registered: str | None = None
 
 
 def register() -> str | None:
-    """Add the shipped font to matplotlib's font list (once); its family name, or None when
-    the file is missing or unreadable (a broken install)."""
+    """Add the shipped font, both weights, to matplotlib's font list (once); its family name,
+    or None when the regular file is missing or unreadable (a broken install)."""
     global _registered
     if _registered is None:
+        import logging
+
         from matplotlib import font_manager
         try:
             font_manager.fontManager.addfont(str(PATH))
         except (OSError, RuntimeError, ValueError):
             return None
+        try:
+            font_manager.fontManager.addfont(str(BOLD))
+        except (OSError, RuntimeError, ValueError):
+            pass   # bold Chinese text then falls back to the regular glyphs
+        logging.getLogger("matplotlib.font_manager").addFilter(_system_weight_fallback)
         _registered = FAMILY
     return _registered
+
+
+def _system_weight_fallback(record) -> bool:
+    """Keep matplotlib's log but for its weight fallbacks in a system CJK font that comes after
+    the shipped one (WenQuanYi has no bold: its regular glyphs are the intended fallback there)."""
+    message = record.getMessage()
+    return not (message.startswith("findfont: Failed to find font weight")
+                and any(f" for {name}," in message for name in SYSTEM_FONTS))
 
 
 def system_font() -> str | None:
@@ -105,6 +122,12 @@ _LAB_CSS = """/* milktea: Chinese glyphs for JupyterLab without a system CJK fon
   src: url("{file}") format("opentype");
   font-display: swap;
 }}
+@font-face {{
+  font-family: "{family}";
+  src: url("{bold}") format("opentype");
+  font-weight: bold;
+  font-display: swap;
+}}
 body {{
   --jp-ui-font-family: system-ui, -apple-system, blinkmacsystemfont, "Segoe UI", helvetica, arial,
     "{family}", sans-serif, "Apple Color Emoji", "Segoe UI Emoji", "Segoe UI Symbol";
@@ -117,15 +140,16 @@ body {{
 
 def lab_css() -> str:
     """The custom.css that gives JupyterLab the shipped font (served beside the font file)."""
-    return _LAB_CSS.format(family=FAMILY, file=PATH.name)
+    return _LAB_CSS.format(family=FAMILY, file=PATH.name, bold=BOLD.name)
 
 
 def write_lab_custom(folder) -> Path:
-    """Write `folder`/custom.css and a copy of the font beside it (JupyterLab serves its
+    """Write `folder`/custom.css and a copy of the font files beside it (JupyterLab serves its
     config folder's custom/ at /custom/ when started with --LabApp.custom_css=True)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(PATH, folder / PATH.name)
+    for path in (PATH, BOLD):
+        shutil.copyfile(path, folder / path.name)
     css = folder / "custom.css"
     css.write_text(lab_css(), encoding="utf-8")
     return css

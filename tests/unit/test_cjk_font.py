@@ -40,10 +40,14 @@ def test_font_covers_every_character_of_the_chinese_text():
 
 
 def test_font_is_small_renamed_and_licensed():
-    size = fonts.PATH.stat().st_size
-    assert size < 320 * 1024, f"{fonts.PATH.name} is {size / 1024:.0f} KiB: subset it (tools/cjk_font.py)"
     from matplotlib.ft2font import FT2Font
-    assert FT2Font(str(fonts.PATH)).family_name == fonts.FAMILY == "Milktea Sans SC"
+    for path, style in ((fonts.PATH, "Regular"), (fonts.BOLD, "Bold")):
+        size = path.stat().st_size
+        assert size < 320 * 1024, f"{path.name} is {size / 1024:.0f} KiB: subset it (tools/cjk_font.py)"
+        face = FT2Font(str(path))
+        assert (face.family_name, face.style_name) == (fonts.FAMILY, style) and fonts.FAMILY == "Milktea Sans SC"
+    bold = frozenset(FT2Font(str(fonts.BOLD)).get_charmap())
+    assert fonts._charmap() <= bold, "the bold face lacks characters the regular one has: rebuild both"
     licence = (fonts.PATH.parent / "OFL.txt").read_text(encoding="utf-8")
     assert "SIL OPEN FONT LICENSE Version 1.1" in licence and "Noto Sans CJK SC" in licence
     assert fonts.missing("梯度稀疏化，误差反馈。") == "" and fonts.missing("\ue000") == "\ue000"
@@ -56,7 +60,7 @@ def test_the_font_ships_in_the_package():
         tomllib = pytest.importorskip("tomli")
     from fnmatch import fnmatch
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["milktea"]
-    for path in (fonts.PATH, fonts.PATH.parent / "OFL.txt"):
+    for path in (fonts.PATH, fonts.BOLD, fonts.PATH.parent / "OFL.txt"):
         rel = path.relative_to(ROOT / "milktea").as_posix()
         assert any(fnmatch(rel, pat) for pat in data), f"pyproject.toml package-data must include {rel}"
 
@@ -66,6 +70,8 @@ def test_lab_css_serves_the_shipped_font(tmp_path):
     text = css.read_text()
     assert f'font-family: "{fonts.FAMILY}"' in text and f'url("{fonts.PATH.name}")' in text
     assert (css.parent / fonts.PATH.name).read_bytes() == fonts.PATH.read_bytes()
+    assert f'url("{fonts.BOLD.name}")' in text and "font-weight: bold" in text
+    assert (css.parent / fonts.BOLD.name).read_bytes() == fonts.BOLD.read_bytes()
     for var in ("--jp-ui-font-family", "--jp-content-font-family", "--jp-code-font-family"):
         assert var in text and text.index(fonts.FAMILY, text.index(var)) < text.index(";", text.index(var))
 
@@ -204,3 +210,48 @@ def test_without_the_font_chinese_boxes_are_reported_in_chinese(bare_machine, mo
     assert "字体" in message and "pip install -e ." in message
     assert i18n.cjk_font() is None
     assert _glyph_complaints(_ch07)
+
+
+def _weight_complaints(draw) -> list[str]:
+    """matplotlib's "findfont: Failed to find font weight ..." messages while drawing."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    catch = _Complaints()
+    log = logging.getLogger("matplotlib")
+    log.addHandler(catch)
+    try:
+        fig = Figure(figsize=(8, 4))
+        FigureCanvasAgg(fig)
+        draw(fig)
+        fig.canvas.draw()
+    finally:
+        log.removeHandler(catch)
+    return [m for m in catch.seen if "Failed to find font weight" in m]
+
+
+def test_bold_chinese_text_uses_the_bold_face(bare_machine):
+    """Chapter 07's pipeline labels its boxes in bold: the bold face is found, and matplotlib
+    says nothing about falling back to the regular one."""
+    from matplotlib.font_manager import FontProperties, findfont
+    i18n.use("zh")
+    assert Path(findfont(FontProperties(family=fonts.FAMILY, weight="bold"))).name == fonts.BOLD.name
+    assert Path(findfont(FontProperties(family=fonts.FAMILY))).name == fonts.PATH.name
+    assert _weight_complaints(_ch07) == []
+
+
+def test_without_the_bold_face_matplotlib_complains(bare_machine, monkeypatch):
+    """The check above means something: with only the regular face, the same figure logs the fallback."""
+    monkeypatch.setattr(fonts, "BOLD", fonts.PATH.with_name("absent-bold.otf"))
+    i18n.use("zh")
+    assert _weight_complaints(_ch07)
+
+
+def test_a_system_font_without_bold_stays_quiet():
+    """A system CJK font after ours (WenQuanYi has one weight) is a glyph fallback: its weight
+    fallback is not news for a reader, ours would be."""
+    import logging as lg
+    quiet = lg.LogRecord("matplotlib.font_manager", lg.WARNING, "", 0,
+                         "findfont: Failed to find font weight bold for WenQuanYi Micro Hei, now using 400.", (), None)
+    loud = lg.LogRecord("matplotlib.font_manager", lg.WARNING, "", 0,
+                        "findfont: Failed to find font weight bold for Milktea Sans SC, now using 400.", (), None)
+    assert not fonts._system_weight_fallback(quiet) and fonts._system_weight_fallback(loud)
