@@ -77,6 +77,7 @@ VALUES = (
     N_("partition"), N_("sampled threshold"), N_("sparse rows"), N_("low rank"), N_("tiny"),
     N_("one bucket"), N_("{} MB buckets"), N_("nothing"), N_("ef"), N_("allreduce"), N_("allgather"),
     N_("compress"), N_("dense all-reduce"), N_("approx Top-{}%+EF"), N_("auto (approx Top-{}%+EF where it pays)"),
+    N_("compressed_allreduce"),
 )
 _TIMES = re.compile(r"^([-+]?[\d.,]+)x$")
 

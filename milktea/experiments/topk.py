@@ -147,10 +147,15 @@ def seed_claim_sentence(rows: list[dict]) -> str:
         text += " " + _("At 10% the positions cost bytes on top of the values.")
     if at_hi.kind == "above":
         text += " " + _("At 0.1% the packet shrinks with K while the dense gradient does not.")
-    if lo > 10 / 3 and hi < 300:
-        text += " " + _("So the claim is the right order of magnitude.")
+    off_lo, off_hi = not 10 / 3 < lo < 300, not 10 / 3 < hi < 300   # more than 3x outside 10-100x
+    if off_lo and off_hi:
+        text += " " + _("So the claim is off by more than a factor of 3 at both ends.")
+    elif off_lo:
+        text += " " + _("So the claim is off by more than a factor of 3 where {b:.0%} are kept.").format(b=0.1)
+    elif off_hi:
+        text += " " + _("So the claim is off by more than a factor of 3 where {a:.1%} are kept.").format(a=0.001)
     else:
-        text += " " + _("So the claim is off by more than a factor of 3 at one end.")
+        text += " " + _("So the claim is the right order of magnitude.")
     return verdicts.tidy(text + " " + _("At very small K the header starts to count. Chapter 06 returns to index encodings "
                           "(block-sparse, the 1-byte deltas of the exercise)."))
 

@@ -57,6 +57,22 @@ def test_seed_claim_follows_the_ratios(lo, hi, words):
     assert words[0] in at10 and words[1] in at01 and words[2] in text
 
 
+@pytest.mark.parametrize("lo, hi, end", [(2.0, 50.0, 0.1), (20.0, 900.0, 0.001), (2.0, 900.0, None),
+                                         (8.0, 250.0, "")])
+def test_seed_claim_says_which_end_is_off(lo, hi, end, lang):
+    """Off by more than 3x at the 10% end, the 0.1% end, both, or neither: the sentence names which."""
+    text = topk.seed_claim_sentence([{"density": 0.1, "R": lo}, {"density": 0.001, "R": hi}])
+    verdict = text.split("。" if lang == "zh" else ". ")[-3 if lang == "zh" else -3]
+    if end == "":
+        assert ("right order" in text) if lang == "en" else ("数量级" in text)
+    elif end is None:
+        assert ("both ends" in text) if lang == "en" else ("两端" in text)
+    else:
+        shown = f"{end:.0%}" if end == 0.1 else f"{end:.1%}"
+        assert ("both ends" not in text and f"where {shown} are kept" in text) if lang == "en" else \
+            ("两端" not in text and f"保留 {shown} 时" in text), verdict
+
+
 def test_randomk_noise_is_judged_against_the_exact_standard_error():
     g = torch.randn(10_000, generator=torch.Generator().manual_seed(0))
     assert "sampling noise" in topk.randomk_sentence(g, 0.01)           # Gaussian: draws near 1%
