@@ -53,7 +53,10 @@ def _piece(p: str) -> str | None:
     m = re.fullmatch(r"powersgd-r(\d+)(-batched)?", p)
     if m:
         return _("PowerSGD r{rank} batched").format(rank=m[1]) if m[2] else f"PowerSGD r{m[1]}"
-    return None
+    m = re.fullmatch(r"topk(\d+(?:\.\d+)?%)", p)        # milktea.advice's menu: topk1%+int8+EF
+    if m:
+        return f"Top-{m[1]}"
+    return {"powersgd": "PowerSGD", "EF": "EF"}.get(p)
 
 
 def _chain(text: str) -> str | None:

@@ -386,6 +386,8 @@ def scheme_names() -> list[str]:
     from milktea.experiments import dgc
     from milktea.onebit import OneBitAdam
     names += [OneBitAdam(warmup=20).name, OneBitAdam(warmup=None).name, *dgc.VARIANTS]
+    from milktea.advice import advise, memory_bound_codecs   # the decision guide's menu
+    names += [r["scheme"] for r in advise(1e9, 16, 10.0, 0.5, codec_ns=memory_bound_codecs(2000.0)).rows]
     return sorted(set(names))
 
 
