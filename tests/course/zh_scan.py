@@ -32,7 +32,7 @@ from dataclasses import dataclass
 # Words that stay as they are in Chinese text: scheme and library names, units, abbreviations.
 ALLOW = frozenset(w.lower() for w in """
     Top-K TopK Random-K RandomK QSGD PowerSGD DGC TernGrad signSGD SignSGD EF SGD Adam AdamW
-    LAMB Nesterov DiLoCo ZeRO FSDP DDP NCCL gloo MPI GPU GPUs CPU CPUs CUDA NVLink InfiniBand
+    LAMB Nesterov DiLoCo Transformer ZeRO FSDP DDP NCCL gloo MPI GPU GPUs CPU CPUs CUDA NVLink InfiniBand
     RDMA TCP IP PyTorch torch torchrun numpy NumPy numba milktea JupyterLab Jupyter ipywidgets
     matplotlib Python scikit-learn sklearn GPT MLP BERT ResNet LSTM SVD QR Gram-Schmidt
     fp32 fp16 bf16 bfloat16 float32 float16 float64 int8 int4 int32 int64 uint8 delta8 varint
