@@ -58,15 +58,16 @@ def _grad():
 
 @lru_cache(maxsize=None)
 def _digits_runs():
-    """Chapter 05's runs (names as the simulator writes them: dense, sign, sign+ef, int4, topk-1%+int8+ef)."""
+    """Chapter 05's runs as the simulator names them (dense, sign, sign+ef, int4-stoch+ef,
+    approx-topk-1%+int8+ef), with made-up curves: the figures' words are under test, not training."""
     from milktea import Chain, Quantize, Sign, TopK
-    from milktea.simulate import simulate
-    from milktea.tasks import Digits
-    task = Digits(hidden=8)
+    from milktea.simulate import History
     runs = [(None, False), (Sign(), False), (Sign(), True), (Quantize(4, stochastic=True), True),
             (Chain(TopK(0.01, approximate=True), Quantize(8)), True)]
-    return [simulate(task, c, workers=2, steps=4, lr=0.1, error_feedback=ef, eval_every=2, progress=False)
-            for c, ef in runs]
+    return [History("digits", "dense" if c is None else c.name + ("+ef" if ef else ""), 2, loss=[2.3, 1.9, 1.5, 1.2],
+                    eval_steps=[0, 2, 4], evals={"accuracy": [0.1, 0.5 + 0.05 * i, 0.8], "loss": [2.3, 1.6, 1.1]},
+                    bytes_sent=[[1000 // (1 + i)] * 2 for _ in range(4)], dense_bytes=1000)
+            for i, (c, ef) in enumerate(runs)]
 
 
 def _scheme_results():
@@ -142,7 +143,6 @@ def _compression(name):
 
 def _topk(name):
     from milktea.experiments import topk as tx
-    from milktea.experiments.gradients import layer_gradients
     from milktea.plots import topk as p
     g = _grad()
     fig = _fig()
@@ -155,7 +155,7 @@ def _topk(name):
                            "同样大小的高斯噪声": tx.norm_share_curve(torch.randn(4096, generator=G), points=20)},
                           fig.subplots(), mark=0.01)
     elif name == "layer_kept":
-        layer = layer_gradients(hidden=16)["0.weight"]
+        layer = torch.randn(16, 64, generator=G)   # a weight gradient's shape (the widget's default trains a model)
         p.layer_kept(layer.abs().numpy(), tx.topk_view(layer, 20), fig.subplots(1, 2))
     elif name == "averaged_error_plot":
         p.averaged_error_plot(tx.averaged_error(g, 0.01, draws=(1, 4)), fig.subplots())
@@ -213,7 +213,6 @@ def _engineering(name):
     from milktea.experiments import accumulation, breakeven, indexcost
     from milktea.experiments import overlap as ov
     from milktea.plots import engineering as p
-    from milktea.tasks import Digits
     fig = _fig()
     profile = ov.Profile.uniform(8, 100_000, 0.05)
     link = cost.Link.gbit(1)
@@ -228,7 +227,7 @@ def _engineering(name):
     elif name == "index_costs":
         p.index_costs(indexcost.index_costs(_grad(), ratios=(0.01, 0.1)), fig=fig)
     elif name == "accumulation":
-        runs = accumulation.accumulation_runs(Digits(hidden=8), accumulate=(1, 2), micro_batch=8, samples=32, workers=2)
+        runs = [accumulation.Accumulated(a, h, 4 // a, 0.1 / a, 0.8) for a, h in zip((1, 2), _digits_runs())]
         p.accumulation(runs, accumulation.accumulation_time(0.05, 0.2, (1, 2, 4)), fig=fig)
     elif name == "speedup":
         labels = [r["label"] for r in _scheme_results()]   # reprice's keys: compare()'s labels
