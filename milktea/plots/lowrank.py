@@ -45,6 +45,13 @@ def rank_sweep(rows: list, ax=None):
     for r in rows:
         ax.annotate(f"r={r['rank']}", (r["R"], r[keys[0]]), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
+    # the sweep's own ratios as ticks: a log axis spanning less than two decades labels its minor
+    # ticks (2×10⁰, 3×10⁰, ...), which overlap
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
+    ax.xaxis.set_major_locator(FixedLocator(R))
+    ax.xaxis.set_major_formatter(lambda v, _pos: f"{v:.3g}")
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(_("compression ratio R (real packet)"))
     ax.set_ylabel(_("relative error"))
     ax.legend(fontsize=8)
