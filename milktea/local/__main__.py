@@ -1,7 +1,9 @@
-"""`python -m milktea.local`: DiLoCo on real processes, under torchrun or on local workers.
+"""`python -m milktea.local`: DiLoCo on real processes, under torchrun, on local workers, or
+as replica groups on torchft that survive a group's death (--ft, see milktea.local.ft.cli).
 
     torchrun --nproc-per-node 4 -m milktea.local --inner-steps 50 --steps 200 --bits 8
     python -m milktea.local --workers 4 --inner-steps 50 --steps 200 --bits 8 --link 1
+    python -m milktea.local --ft --groups 3 --inner-steps 20 --steps 600 --bits 8 --kill 2:5:10
 """
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--bits", type=int, choices=(2, 4, 8), default=None, help="quantize the reports (default fp32)")
     ap.add_argument("--topk", type=float, default=None, metavar="RATIO",
                     help="send only this share of each report, with a ledger (with --bits: its values quantized)")
+    ap.add_argument("--compressor", default=None, metavar="NAME",
+                    help="a named scheme's compressor instead of --bits/--topk: " + ", ".join(COMPRESSORS))
     ap.add_argument("--fragments", type=int, default=1, help="P: parameter groups sent in turn (default 1)")
     ap.add_argument("--overlap", type=int, default=0, help="tau: inner steps while a fragment is on the wire")
     ap.add_argument("--batch", type=int, default=8, help="examples per worker per step (default 8)")
@@ -35,15 +39,35 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--resume", action="store_true", help="start from the states in --checkpoint")
     ap.add_argument("--workers", type=int, default=None, help="local worker processes to start (not with torchrun)")
     ap.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
-                    help="stop, naming the rank, when one makes no progress for this long (default 300)")
+                    help="stop, naming the rank, when one makes no progress for this long (default 300); "
+                         "with --ft, the whole run's limit")
+    from .ft.cli import add_arguments
+    add_arguments(ap)
     return ap
+
+
+# milktea.distributed.schemes' names whose compressor a report may use (--compressor)
+COMPRESSORS = ("dense", "int8", "int4", "topk", "topk-int8", "sign", "randomk", "qsgd", "terngrad", "fp16", "bf16",
+               "powersgd")
+
+
+def named_compressor(name: str, ratio: float | None):
+    """The compressor of milktea.distributed.schemes' `name` (ratio: Top-K's and Random-K's share)."""
+    from milktea.distributed.schemes import MILKTEA
+    if name not in COMPRESSORS:
+        raise ValueError(f"--compressor {name!r}: choose one of {', '.join(COMPRESSORS)}")
+    return MILKTEA[name][1](0.01 if ratio is None else ratio, 2)
 
 
 def scheme_from(a: argparse.Namespace):
     from milktea.compressors import Chain, Quantize, TopK
     from milktea.local import AdamW, DiLoCo, OuterSGD
     compressor = None
-    if a.topk is not None:
+    if getattr(a, "compressor", None) is not None:
+        if a.bits is not None:
+            raise ValueError("give --compressor or --bits, not both")
+        compressor = named_compressor(a.compressor, a.topk)
+    elif a.topk is not None:
         top = TopK(ratio=a.topk)
         compressor = top if a.bits is None else Chain(top, Quantize(bits=a.bits, chunk=None))
     elif a.bits is not None:
@@ -74,6 +98,11 @@ def main(argv=None) -> None:
                              f"a run ends on an outer step")
     except (TypeError, ValueError) as e:
         ap.error(str(e))
+    if not a.ft and (a.kill or a.group_id is not None or a.lighthouse):
+        ap.error("--kill, --group-id and --lighthouse are for fault-tolerant runs: add --ft")
+    if a.ft:
+        from milktea.local.ft.cli import main as ft_main
+        return ft_main(a, ap, scheme, RunConfig(task=a.task, steps=a.steps, batch=a.batch, seed=a.seed))
     cfg = RunConfig(task=a.task, steps=a.steps, batch=a.batch, seed=a.seed, link_gbit=a.link,
                     checkpoint=a.checkpoint, resume=a.resume)
     timeouts = launch_timeouts(a.timeout)

@@ -80,41 +80,21 @@ class RankCore(Core):
         return got
 
 
-class RankRun:
-    """One rank's worker: the model's parameters are views of its row (or of theta under
-    data parallelism), the batches those of the simulator's worker `rank`."""
+class Batches:
+    """The batches of worker `rank` out of `world`, drawn as the simulator's worker of the
+    same number draws them: every worker draws the same [world, L] keys from one generator
+    seeded with `seed` and takes its own row, so the generator's state is the same on every
+    worker after the same number of steps (a worker that rejoins can take a peer's)."""
 
-    def __init__(self, scheme, cfg: RunConfig, link=None):
-        from ..distributed.comm import Comm
-        from ..distributed.train import device_for_rank
-        from ..tasks import make_task
-        if not isinstance(scheme, (DiLoCo, DataParallel)):
-            raise TypeError(f"scheme must be milktea.local.DiLoCo(...) or DataParallel(...), got {type(scheme).__name__}")
-        if cfg.steps % scheme.inner_steps:
-            raise ValueError(f"steps={cfg.steps} is not a multiple of inner_steps H={scheme.inner_steps}")
-        self.scheme, self.cfg = scheme, cfg
-        self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        self.device = device_for_rank()
-        self.task = make_task(cfg.task, hidden=cfg.hidden, seed=cfg.seed)
-        self.model = self.task.model().to(self.device)
-        named = list(self.model.named_parameters())
-        theta = torch.cat([p.detach().reshape(-1) for _, p in named])
-        fragments = scheme.fragments if isinstance(scheme, DiLoCo) else 1
-        slices = split([(n, p.numel()) for n, p in named], fragments)
-        self.core = RankCore(scheme, theta, slices, Comm(None, link))
-        self.params, offset = [], 0
-        for _, p in named:
-            p.data = self.core.rows[0, offset:offset + p.numel()].view_as(p)
-            self.params.append(p)
-            offset += p.numel()
-        shards = self.task.shards(self.world)
-        L = max(len(y) for _, y in shards)
-        self.x, self.y = (t.to(self.device) for t in shards[self.rank])
-        self.L, self.B = L, min(cfg.batch, L)
-        self.gen = torch.Generator().manual_seed(cfg.seed)
-        self.last_good: dict | None = None
+    def __init__(self, task, rank: int, world: int, batch: int, seed: int, device):
+        shards = task.shards(world)
+        self.L = max(len(y) for _, y in shards)
+        self.x, self.y = (t.to(device) for t in shards[rank])
+        self.rank, self.world, self.B, self.device = rank, world, min(batch, self.L), device
+        self.gen = torch.Generator().manual_seed(seed)
 
-    def step(self) -> float:
+    def next(self, dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """(inputs, targets, weights, examples): padding rows (a short shard) weigh 0."""
         n = len(self.y)
         if self.B == self.L:                  # the whole shard, as the simulator takes it
             idx = torch.arange(self.L)
@@ -124,15 +104,56 @@ class RankRun:
             idx = keys.argsort()[:self.B]
         real = idx < n
         idx = torch.where(real, idx, torch.zeros_like(idx))   # padding: the shard's first example, weight 0
-        weight = real.to(self.core.theta.dtype).to(self.device)
-        xb, yb = self.x[idx.to(self.device)], self.y[idx.to(self.device)]
+        weight = real.to(dtype).to(self.device)
+        return self.x[idx.to(self.device)], self.y[idx.to(self.device)], weight, int(real.sum())
+
+
+class RankRun:
+    """One rank's worker: the model's parameters are views of its row (or of theta under
+    data parallelism), the batches those of the simulator's worker `rank`. `rank` and
+    `world` default to the process group's; a subclass gives its own Core (`make_core`)."""
+
+    def __init__(self, scheme, cfg: RunConfig, link=None, *, rank: int | None = None, world: int | None = None):
+        from ..distributed.train import device_for_rank
+        from ..tasks import make_task
+        if not isinstance(scheme, (DiLoCo, DataParallel)):
+            raise TypeError(f"scheme must be milktea.local.DiLoCo(...) or DataParallel(...), got {type(scheme).__name__}")
+        if cfg.steps % scheme.inner_steps:
+            raise ValueError(f"steps={cfg.steps} is not a multiple of inner_steps H={scheme.inner_steps}")
+        self.scheme, self.cfg = scheme, cfg
+        if rank is None:
+            rank, world = dist.get_rank(), dist.get_world_size()
+        self.rank, self.world = rank, world
+        self.device = device_for_rank()
+        self.task = make_task(cfg.task, hidden=cfg.hidden, seed=cfg.seed)
+        self.model = self.task.model().to(self.device)
+        named = list(self.model.named_parameters())
+        theta = torch.cat([p.detach().reshape(-1) for _, p in named])
+        fragments = scheme.fragments if isinstance(scheme, DiLoCo) else 1
+        slices = split([(n, p.numel()) for n, p in named], fragments)
+        self.core = self.make_core(theta, slices, link)
+        self.params, offset = [], 0
+        for _, p in named:
+            p.data = self.core.rows[0, offset:offset + p.numel()].view_as(p)
+            self.params.append(p)
+            offset += p.numel()
+        self.batches = Batches(self.task, self.rank, self.world, cfg.batch, cfg.seed, self.device)
+        self.gen = self.batches.gen
+        self.last_good: dict | None = None
+
+    def make_core(self, theta, slices, link) -> Core:
+        from ..distributed.comm import Comm
+        return RankCore(self.scheme, theta, slices, Comm(None, link))
+
+    def step(self) -> float:
+        xb, yb, weight, examples = self.batches.next(self.core.theta.dtype)
         for p in self.params:
             p.grad = None
         per_example = self.task.loss(self.model(xb), yb)
         loss = (per_example * weight).sum() / weight.sum()
         loss.backward()
         grads = torch.cat([p.grad.reshape(-1) for p in self.params])[None]
-        self.core.add_tokens(0, int(real.sum()) * (int(math.prod(yb.shape[1:])) or 1))
+        self.core.add_tokens(0, examples * (int(math.prod(yb.shape[1:])) or 1))
         if isinstance(self.scheme, DiLoCo):
             self.scheme.inner.step(self.core.rows, grads, self.core.opt_state)
             self.core.after_inner_step()

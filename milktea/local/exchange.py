@@ -98,6 +98,16 @@ class Reports:
             if w == worker and isinstance(s, ErrorFeedback):
                 s.reset()
 
+    def snapshot(self, worker: int, fragment: int) -> dict | None:
+        """One sender's ledger and compressor state, to `restore` if what it sends is never
+        delivered (a fault-tolerant exchange that does not commit)."""
+        s = self.senders.get((worker, fragment))
+        return None if s is None else clone_state(_sender_state(s))
+
+    def restore(self, worker: int, fragment: int, state: dict | None) -> None:
+        if state is not None:
+            _load_sender(self.senders[worker, fragment], state)
+
     # --- state: ledgers and the compressors' own counters and random streams ---------------
     def state_dict(self) -> dict:
         return {f"{w}/{p}": _sender_state(s) for (w, p), s in self.senders.items()}
