@@ -38,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--checkpoint", default=None, metavar="DIR", help="save each rank's state here every outer step")
     ap.add_argument("--resume", action="store_true", help="start from the states in --checkpoint")
     ap.add_argument("--workers", type=int, default=None, help="local worker processes to start (not with torchrun)")
+    ap.add_argument("--save", default=None, metavar="FILE",
+                    help="save the result (head office's parameters 'theta', the losses, the bytes) with torch.save")
     ap.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                     help="stop, naming the rank, when one makes no progress for this long (default 300); "
                          "with --ft, the whole run's limit")
@@ -100,6 +102,8 @@ def main(argv=None) -> None:
         ap.error(str(e))
     if not a.ft and (a.kill or a.group_id is not None or a.lighthouse):
         ap.error("--kill, --group-id and --lighthouse are for fault-tolerant runs: add --ft")
+    if a.ft and a.save:
+        ap.error("--ft saves its results in --out (result.json, and each group's parameters)")
     if a.ft:
         from milktea.local.ft.cli import main as ft_main
         return ft_main(a, ap, scheme, RunConfig(task=a.task, steps=a.steps, batch=a.batch, seed=a.seed))
@@ -118,6 +122,8 @@ def main(argv=None) -> None:
             dist.destroy_process_group()
         if int(os.environ["RANK"]) == 0:
             _print(res)
+            if a.save:
+                torch.save(res, a.save)
         return
     from milktea.distributed.launch import WorkerError, launch
     try:
@@ -126,6 +132,8 @@ def main(argv=None) -> None:
         print(e, file=sys.stderr)
         raise SystemExit(1) from None
     _print(res)
+    if a.save:
+        torch.save(res, a.save)
 
 
 if __name__ == "__main__":
