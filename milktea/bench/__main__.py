@@ -14,6 +14,7 @@ BENCHES = {
     "gpt": "milktea.bench.gpt",              # every scheme on the character GPT, with per-layer statistics
     "memory": "milktea.bench.memory",        # extra peak memory of each scheme over plain DDP
     "local": "milktea.bench.local",          # DiLoCo vs DDP on the tiny GPT: bytes, loss, an outage
+    "ft": "milktea.bench.ft",                # DiLoCo on torchft: a replica group killed and restarted
 }
 
 

@@ -49,20 +49,21 @@ def _events(folder, group, kind):
 
 
 def test_a_killed_group_leaves_the_quorum_rejoins_and_training_goes_on(tmp_path):
-    # H = 5 with each inner step paced to 50 ms: 100 outer steps of about 0.25 s, long enough
-    # for the restarted process to load torch and rejoin on a loaded 2-core machine
+    # H = 5 with each inner step paced to 50 ms: 60 outer steps of about 0.25 s; the process that
+    # restarts group 2 loads with the others (a standby), so that its rejoining does not hang on
+    # how long torch takes to load on a busy machine (python -m milktea.bench ft restarts cold)
     scheme = DiLoCo(inner_steps=5, inner=AdamW(lr=3e-3), compressor=TopK(ratio=0.1))
     ft = FTConfig(pace_s=0.05, heartbeat_ms=500, join_ms=2000, timeout_s=10.0)
     t0 = time.monotonic()
-    job = start(scheme, RunConfig(task="digits", hidden=16, steps=500, batch=16), groups=3, ft=ft,
-                faults=[Kill(group=2, at_step=3, restart_after=0.5)], folder=str(tmp_path / "run"))
+    job = start(scheme, RunConfig(task="digits", hidden=16, steps=300, batch=16), groups=3, ft=ft,
+                faults=[Kill(group=2, at_step=3, restart_after=1.0)], folder=str(tmp_path / "run"), standby=True)
     try:
         while not _events(job.folder, 1, "step"):
             assert not job.done(), job.wait()
             time.sleep(0.2)
         # a second group 1 against the same lighthouse is refused, before it trains
         dup = subprocess.run([sys.executable, "-m", "milktea.local", "--ft", "--groups", "3", "--group-id", "1",
-                              "--lighthouse", job.lighthouse, "--task", "digits", "--inner-steps", "5", "--steps", "500",
+                              "--lighthouse", job.lighthouse, "--task", "digits", "--inner-steps", "5", "--steps", "300",
                               "--out", str(tmp_path / "dup")], capture_output=True, text=True, timeout=120, cwd=ROOT)
         res = job.wait(timeout=240)
     finally:
@@ -85,16 +86,17 @@ def test_a_killed_group_leaves_the_quorum_rejoins_and_training_goes_on(tmp_path)
     assert k["rejoined_step"] == back["step"] and k["recovery_s"] > 0
     after = [r for r in log if r["step"] > back["step"]]
     assert after and all(r["heard"] == [0, 1, 2] and r["committed"] for r in after)
-    assert [r["step"] for r in log if r["committed"]] == list(range(100))
+    assert [r["step"] for r in log if r["committed"]] == list(range(60))
+    assert k["restarted"] - k["killed"] >= 1.0 and k["rejoined"] > k["restarted"]
     # every group, the restarted one too, ends with the same parameters: recovery gave it the
     # weights and the outer momentum, and it stepped with the others from there
     assert res.agree == 0.0 and all(g["final"] == res.final for g in res.groups)
     g2 = res.groups[2]
-    assert g2["incarnations"] == 2 and 0 < g2["outer steps"] < 100 and g2["bytes received"] == back["received_bytes"]
+    assert g2["incarnations"] == 2 and 0 < g2["outer steps"] < 60 and g2["bytes received"] == back["received_bytes"]
     # the loss kept falling through the fault
     loss = {t: x for _, t, x in res.loss[0]}
     early = sum(loss[t] for t in range(1, 16)) / 15
-    late = sum(loss[t] for t in range(486, 501)) / 15
+    late = sum(loss[t] for t in range(286, 301)) / 15
     assert late < 0.5 * early and res.final["loss"] < 1.0
     assert res.left_behind == [] and job.left_behind() == []
 

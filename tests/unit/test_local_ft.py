@@ -212,3 +212,65 @@ def test_without_torchft_the_error_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "torchft.manager", None)
     with pytest.raises(ImportError, match=r"pip install 'torchft==0.2.0'"):
         require()
+
+
+# --- the chapter's sentences and the bench's targets turn with the run's numbers -------------
+def _result(rejoined=True, agree=0.0, standby=True, loss=0.40, recovery=1.5):
+    from milktea.local.ft import FTResult
+    log = [{"step": 0, "quorum": 1, "members": [0, 1, 2], "recovering": [], "heard": [0, 1, 2], "committed": True,
+            "time": 1.0, "received_bytes": 0},
+           {"step": 4, "quorum": 2, "members": [0, 1], "recovering": [], "heard": [0, 1], "committed": True,
+            "time": 2.6, "received_bytes": 0}]
+    if rejoined:
+        log.append({"step": 9, "quorum": 3, "members": [0, 1, 2], "recovering": [2], "heard": [0, 1],
+                    "committed": True, "time": 2.1 + recovery, "received_bytes": 101_300})
+    kill = {"group": 2, "at_step": 4, "at_inner_step": 45, "killed": 2.1, "restarted": 3.1, "shrank": 2.6,
+            "shrink_s": 0.5, "loaded": 3.2, "rejoined": 2.1 + recovery if rejoined else None,
+            "rejoined_step": 9 if rejoined else None, "recovery_s": recovery if rejoined else None, "source": 0}
+    groups = [{"group": g, "incarnations": 1 + (g == 2), "outer steps": 10, "quorum sizes": [2, 3], "bytes sent": 1,
+               "bytes received": 0, "final": {"loss": loss} if (g < 2 or rejoined) else None, "theta": None,
+               "late": False} for g in range(3)]
+    records = [{"group": g, "time": 1.9, "ledger_norm": 2.0 + g} for g in range(3)]
+    return FTResult("diloco H=10 topk-10%+ef", "/nowhere", 9.0, standby=standby, quorum_log=log, groups=groups,
+                    kills=[kill], final={"loss": loss}, agree=agree, records=records)
+
+
+@pytest.fixture(params=["en", "zh"])
+def lang(request):
+    from milktea import i18n
+    with i18n.speaking(request.param):
+        yield request.param
+
+
+def test_the_chapters_sentences_say_what_the_run_did(lang):
+    from milktea.experiments import local_ft as fx
+    zh = lang == "zh"
+    text = " ".join(fx.sentences(_result(), 500, 10))
+    assert ("101.3 kB" in text and "1.5" in text and "0.5" in text and "500" in text)
+    assert ("bit for bit" in text) if not zh else ("逐位相同" in text)
+    assert ("standby" in text) if not zh else ("备用" in text)
+    cold = " ".join(fx.sentences(_result(standby=False), 500, 10))
+    assert ("spent 0.1 s loading" in cold) if not zh else ("加载用了 0.1 秒" in cold)
+    apart = " ".join(fx.sentences(_result(agree=3e-7), 500, 10))
+    assert ("differ by up to 3e-07" in apart) if not zh else ("最多相差 3e-07" in apart)
+    lost = " ".join(fx.sentences(_result(rejoined=False), 500, 10))
+    assert ("did not rejoin" in lost) if not zh else ("没能" in lost)
+    assert ("2 of 3 groups" in lost) if not zh else ("3 个组中有 2 个" in lost)
+    gaps = " ".join(fx.gaps(_result(), 500, sim_kb=57.7))
+    assert "57.7 kB" in gaps and "4" in gaps and "3, 2" not in gaps and "2" in gaps
+    assert len(fx.gaps(_result(rejoined=False), 500)) == 2          # no recovery traffic to speak of
+
+
+def test_the_bench_targets_turn_with_the_numbers(lang):
+    from milktea.experiments import local_ft as fx
+    clean = _result(loss=0.40)
+    assert fx.check_loss(_result(loss=0.405), clean).ok and not fx.check_loss(_result(loss=0.41), clean).ok
+    assert not fx.check_loss(_result(loss=0.39), clean).ok            # 2.5% below is outside too
+    ok, slow, never = fx.check_recovery(_result(recovery=29.0)), fx.check_recovery(_result(recovery=31.0)), \
+        fx.check_recovery(_result(rejoined=False))
+    assert ok.ok and not slow.ok and not never.ok
+    assert ("inside" in ok.text and "above" in slow.text) if lang == "en" else ("之间" in ok.text and "高于" in slow.text)
+    left = _result()
+    assert fx.check_left(left, "x").ok
+    left.left_behind = [123]
+    assert not fx.check_left(left, "x").ok and "1" in fx.check_left(left, "x").text

@@ -236,6 +236,13 @@ def train_group(spec: dict, group: int, incarnation: int = 0) -> dict:
     torch.set_num_threads(ft.threads)
     events = Events(os.path.join(folder, f"group{group}-{incarnation}.jsonl"), group, incarnation)
     events("start", pid=os.getpid())
+    if spec.get("standby"):                         # loaded; wait until the launcher lets it go
+        from ...tasks import make_task
+        make_task(spec["run"].task, hidden=spec["run"].hidden, seed=spec["run"].seed)
+        events("loaded")
+        while not os.path.exists(spec["standby"]):
+            time.sleep(0.02)
+        events("go")
     st = check_not_running(spec["lighthouse"], group, ft.heartbeat_ms)
     run = GroupRun(spec, group, events)
     side, H = run.core.side, spec["scheme"].inner_steps

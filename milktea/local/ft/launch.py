@@ -43,10 +43,10 @@ class FTError(RuntimeError):
 
 
 class _Proc:
-    def __init__(self, group: int, incarnation: int, popen: subprocess.Popen, events: str):
+    def __init__(self, group: int, incarnation: int, popen: subprocess.Popen, events: str, standby: bool):
         self.group, self.incarnation, self.popen, self.events = group, incarnation, popen, events
         self.offset, self.t, self.killed, self.code, self.failure = 0, 0, False, None, None
-        self.started = time.time()
+        self.started, self.standby = time.time(), standby
 
 
 def check_run(scheme, run: RunConfig, engine: str = "milktea") -> None:
@@ -69,11 +69,21 @@ def check_run(scheme, run: RunConfig, engine: str = "milktea") -> None:
 
 
 class FTJob:
-    """One run: `start()` it, then `wait()` for its FTResult (or `stop()` it)."""
+    """One run: `start()` it, then `wait()` for its FTResult (or `stop()` it).
+
+    groups: how many replica groups (ids 0 .. n-1), or a list of ids; ft: FTConfig;
+    faults: Kill(...)s; folder: where the events, logs, quorum.json and result.json go (a
+    new temporary folder by default); lighthouse: a running lighthouse's address (default:
+    start one); engine: "milktea" or "torchft" (torchft's own DiLoCo, fp32 only); timeout:
+    the whole run's limit in seconds. standby: the process that restarts a killed group is
+    started with the others and waits, loaded, until its restart time (a standby replica):
+    its recovery then measures torchft's part (heartbeats, quorum, state transfer) without
+    the seconds Python and torch take to load; by default it is started at its restart
+    time, cold."""
 
     def __init__(self, scheme, cfg: RunConfig, *, groups=3, ft: FTConfig | None = None, faults=(),
                  folder: str | None = None, lighthouse: str | None = None, engine: str = "milktea",
-                 timeout: float = 900.0, env: dict | None = None):
+                 timeout: float = 900.0, env: dict | None = None, standby: bool = False):
         from .engine import require
         require()                                    # a clear ImportError before anything starts
         check_run(scheme, cfg, engine)
@@ -85,7 +95,7 @@ class FTJob:
         self.world = max(self.ids) + 1 if not isinstance(groups, int) else groups
         self.faults = check_kills(faults, self.ids, cfg.steps // scheme.inner_steps)
         self.timeout = check_number(timeout, "timeout", 0, open_low=True)
-        self.lighthouse = lighthouse
+        self.lighthouse, self.standby = lighthouse, bool(standby)
         if lighthouse is not None:
             from .lighthouse import address, status
             self.lighthouse = address(lighthouse)
@@ -124,13 +134,13 @@ class FTJob:
         env.setdefault("RUST_LOG", "warn")
         return env
 
-    def _spawn(self, group: int, incarnation: int) -> None:
+    def _spawn(self, group: int, incarnation: int, standby: bool = False) -> None:
         name = os.path.join(self.folder, f"group{group}-{incarnation}")
         with open(name + ".log", "ab") as log:
             p = subprocess.Popen([sys.executable, "-m", ENGINES[self.engine], self.spec_path, str(group),
-                                  str(incarnation)], stdout=log, stderr=subprocess.STDOUT, env=self._env(),
-                                 start_new_session=True, cwd=os.getcwd())
-        self.procs.append(_Proc(group, incarnation, p, name + ".jsonl"))
+                                  str(incarnation)] + (["standby"] if standby else []), stdout=log,
+                                 stderr=subprocess.STDOUT, env=self._env(), start_new_session=True, cwd=os.getcwd())
+        self.procs.append(_Proc(group, incarnation, p, name + ".jsonl", standby))
 
     def _main(self) -> None:
         # every process is started here, in this thread: the kernel's parent-death signal
@@ -148,6 +158,10 @@ class FTJob:
                              "lighthouse": self.lighthouse, "folder": self.folder, "run_id": self.run_id}, f)
             for g in self.ids:
                 self._spawn(g, 0)
+            if self.standby:               # each restart's process loads now and waits to be let go
+                for k in self.faults:
+                    if k.restart_after is not None:
+                        self._spawn(k.group, 1, standby=True)
             self._watch()
         except BaseException as e:   # noqa: BLE001  (handed to wait())
             self.error = e
@@ -182,11 +196,16 @@ class FTJob:
                 if time.time() >= when:
                     del restarts[g]
                     others = [q for q in self._live() if q.group != g]
-                    if others:
+                    spare = [q for q in self.procs if q.group == g and q.standby]
+                    if not others:
+                        self.kills[g]["restarted"] = None     # the others had finished
+                    elif spare:
+                        self.kills[g]["restarted"] = time.time()
+                        spare[0].standby = False
+                        open(spare[0].events[:-6] + ".go", "w").close()
+                    else:
                         self.kills[g]["restarted"] = time.time()
                         self._spawn(g, self._current(g).incarnation + 1)
-                    else:
-                        self.kills[g]["restarted"] = None     # the others had finished
             for p in self.procs:
                 if p.code is None and p.popen.poll() is not None:
                     p.code = p.popen.returncode
@@ -194,7 +213,7 @@ class FTJob:
                     if not p.killed and p.code != 0:
                         raise FTError(p.group, p.failure or f"exit code {p.code}", _tail(p.events[:-6] + ".log"))
             if not self._live() and not restarts:
-                return
+                return                      # a standby never let go is ended with the rest
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the run did not end within {self.timeout:g} s; every process was stopped "
                                    f"(logs in {self.folder})")
@@ -218,10 +237,10 @@ class FTJob:
                 p.failure = ev["error"]
 
     def _current(self, group: int) -> _Proc:
-        return [p for p in self.procs if p.group == group][-1]
+        return [p for p in self.procs if p.group == group and not p.standby][-1]
 
     def _live(self) -> list[_Proc]:
-        return [p for p in self.procs if p.code is None]
+        return [p for p in self.procs if p.code is None and not p.standby]
 
     def _end_all(self) -> None:
         for p in self.procs:

@@ -68,6 +68,7 @@ class FTResult:
     scheme: str
     folder: str
     wall_s: float
+    standby: bool = False                             # restarts were standby processes let go (not cold starts)
     quorum_log: list = field(default_factory=list)
     groups: list = field(default_factory=list)
     kills: list = field(default_factory=list)
@@ -75,6 +76,7 @@ class FTResult:
     agree: float = 0.0
     loss: dict = field(default_factory=dict)          # group -> [(seconds, inner step, train loss), ...]
     gave: list = field(default_factory=list)          # (seconds, group) each time a group sent its state to a peer
+    records: list = field(default_factory=list)       # every group's own quorum records (ledger norms, bytes)
     left_behind: list = field(default_factory=list)
 
     def save(self, path: str | None = None) -> str:
@@ -117,23 +119,29 @@ def collect(job) -> FTResult:
     kills = []
     for g, k in sorted(job.kills.items()):
         back = [e for e in events if e["e"] == "quorum" and e["group"] == g and e["incarnation"] > 0 and e["committed"]]
+        ready = [e for e in events if e["e"] == "ready" and e["group"] == g and e["incarnation"] > 0]
+        gave = [e for e in events if e["e"] == "gave" and back and e["time"] <= back[0]["time"]]
         after = [m for m in log if m["time"] >= k["killed"] - t0 and g not in m["members"] and m["committed"]]
         row = {"group": g, "at_step": k["at_step"], "at_inner_step": k["at_inner_step"], "killed": k["killed"] - t0,
                "restarted": None if k.get("restarted") is None else k["restarted"] - t0,
                "shrank": after[0]["time"] if after else None,
-               "rejoined": back[0]["time"] - t0 if back else None, "rejoined_step": back[0]["step"] if back else None}
+               "loaded": ready[0]["time"] - t0 if ready else None,
+               "rejoined": back[0]["time"] - t0 if back else None, "rejoined_step": back[0]["step"] if back else None,
+               "source": gave[-1]["group"] if gave else None}
         row["recovery_s"] = None if row["rejoined"] is None else row["rejoined"] - row["killed"]
         row["shrink_s"] = None if row["shrank"] is None else row["shrank"] - row["killed"]
         kills.append(row)
     ref = min(thetas) if thetas else None
     agree = max((float((thetas[g] - thetas[ref]).abs().max()) for g in thetas), default=0.0)
     res = FTResult(
-        scheme=job.scheme.label, folder=job.folder, wall_s=max((e["time"] for e in events), default=t0) - t0,
+        scheme=job.scheme.label, folder=job.folder, standby=job.standby, wall_s=max((e["time"] for e in events), default=t0) - t0,
         quorum_log=log, groups=groups, kills=kills, agree=agree,
         final=next((r["final"] for r in groups if r["group"] == ref), {}) if ref is not None else {},
         loss={g: [(e["time"] - t0, e["t"], e["loss"]) for e in events if e["e"] == "step" and e["group"] == g]
               for g in job.ids},
         gave=[(e["time"] - t0, e["group"]) for e in events if e["e"] == "gave"],
+        records=[{k: v for k, v in e.items() if k != "e"} | {"time": e["time"] - t0} for e in events
+                 if e["e"] == "quorum"],
         left_behind=job.left_behind())
     res.save()
     return res

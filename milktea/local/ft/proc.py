@@ -65,11 +65,14 @@ def entry(train, argv=None) -> None:
 
     from ...distributed.worker import end_process
     die_with_parent()
-    spec_path, group, incarnation = (argv or sys.argv[1:])[:3]
+    args = argv or sys.argv[1:]
+    spec_path, group, incarnation = args[:3]
     with open(spec_path, "rb") as f:
         spec = pickle.load(f)
     code = 0
     try:
+        if args[3:4] == ["standby"]:
+            spec = dict(spec, standby=os.path.join(spec["folder"], f"group{group}-{incarnation}.go"))
         train(spec, int(group), int(incarnation))
     except BaseException as e:   # noqa: BLE001  (the launcher reads the reason from the events)
         with open(os.path.join(spec["folder"], f"group{group}-{incarnation}.jsonl"), "a", encoding="utf-8") as f:
