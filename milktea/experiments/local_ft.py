@@ -32,7 +32,7 @@ def available() -> bool:
 
 
 def unavailable_note() -> str:
-    return _("torchft is not installed here, so this run is skipped (pip install torchft==0.2.0: a wheel for Python 3.11 on Linux x86-64).")
+    return _("`torchft` is not installed here, so this run is skipped (`pip install torchft==0.2.0`: a wheel for Python 3.11 on Linux x86-64).")
 
 
 def plan(**kw) -> str:
