@@ -19,7 +19,7 @@ KNOWN_CYCLES: list[set[str]] = []
 
 
 HEAVY = ["numba", "matplotlib", "ipywidgets", "milktea.distributed", "milktea.kernels",
-         "milktea.experiments", "milktea.widgets", "milktea.plots"]
+         "milktea.experiments", "milktea.widgets", "milktea.plots", "torchft"]
 
 def _loaded_after(code: str) -> list[str]:
     out = subprocess.run([sys.executable, "-c", code + "\nimport sys, json\n"
@@ -33,6 +33,13 @@ def test_import_milktea_loads_nothing_heavy():
     heavy = [m for m in loaded if any(m == h or m.startswith(h + ".") for h in HEAVY)]
     assert not heavy, f"`import milktea` loads {heavy}; import them on first use instead"
     assert "milktea.distributed.netns" not in loaded  # it registers an atexit handler
+
+
+def test_torchft_loads_only_when_a_fault_tolerant_run_starts():
+    # the library, the chapter's module and the command line work where torchft is not installed
+    loaded = _loaded_after("import milktea.local.ft, milktea.local.ft.cli, milktea.experiments.local_ft, "
+                           "milktea.bench.ft")
+    assert not [m for m in loaded if m == "torchft" or m.startswith("torchft.")]
 
 
 def test_a_submodule_import_keeps_the_public_function():
