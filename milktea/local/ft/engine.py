@@ -56,16 +56,15 @@ def extension_path() -> str:
     return os.path.join(folder, names[0])
 
 
-def process_group(timeout_s: float, nccl: bool = False):
-    """torchft's reconfigurable ProcessGroupGloo (ProcessGroupNCCL with `nccl`, one GPU per
-    group), which also remembers each quorum it is configured for: its id and the replica
-    groups in it (torchft's `global_ranks`, a group's id when each group has one rank)."""
+def process_group(timeout_s: float):
+    """torchft's reconfigurable ProcessGroupGloo, which also remembers each quorum it is
+    configured for: its id and the replica groups in it (torchft's `global_ranks`: a
+    group's id, as each group here has one rank)."""
     from datetime import timedelta
 
-    from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
-    base = ProcessGroupNCCL if nccl else ProcessGroupGloo
+    from torchft.process_group import ProcessGroupGloo
 
-    class Recorded(base):
+    class Recorded(ProcessGroupGloo):
         quorum_id, members = -1, []
 
         def configure(self, store_addr, replica_id, rank, world_size, quorum_id=None, group_rank=None,

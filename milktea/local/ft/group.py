@@ -1,6 +1,7 @@
 """One replica group of a fault-tolerant run: a process with its own copy of the model, its
 data shard, its inner optimizer and its ledgers, kept in step with the other groups by
-torchft's Manager (one rank per group here; a group of several ranks is torchft's HSDP).
+torchft's Manager (one rank per group here, training on the CPU, its reports crossing on
+torchft's gloo process group; a group of several ranks is torchft's HSDP).
 
 Each exchange (after every H / P inner steps, as in `milktea.local`):
 1. a quorum: the Manager asks the lighthouse which groups are alive; a group that is
@@ -152,7 +153,7 @@ class Side:
         ft = spec["ft"]
         self.run, self.events, self.group, self.ft = run, events, group, ft
         self.store = TCPStore(ft.host, 0, is_master=True, wait_for_workers=False)
-        self.pg = process_group(ft.timeout_s, nccl=spec.get("nccl", False))
+        self.pg = process_group(ft.timeout_s)
         self.healed, self.received, self.exchanges, self.joining = False, 0, 0, False
         self.manager = Manager(
             pg=self.pg, load_state_dict=self._receive, state_dict=self._give, min_replica_size=ft.min_groups,
@@ -161,7 +162,6 @@ class Side:
             rank=0, world_size=1, store_addr=ft.host, store_port=self.store.port, lighthouse_addr=spec["lighthouse"],
             replica_id=replica_id(group), hostname=ft.host, init_sync=False,
             heartbeat_interval=timedelta(milliseconds=min(100, ft.heartbeat_ms // 4)))
-        self.exchange_device = run.device if spec.get("nccl") else torch.device("cpu")
 
     def quorum(self) -> bool:
         """Start this exchange's quorum; True if this group received a peer's state in it."""
@@ -179,9 +179,8 @@ class Side:
         if self.manager.errored():
             return None
         try:
-            return allgather_reports(self.pg, header(group, tokens, healed, data.numel()),
-                                     data.to(self.exchange_device))
-        except Exception as e:   # noqa: BLE001  (a lost peer: gloo and NCCL raise RuntimeError, or worse)
+            return allgather_reports(self.pg, header(group, tokens, healed, data.numel()), data.cpu())
+        except Exception as e:   # noqa: BLE001  (a lost peer: gloo raises RuntimeError, or worse)
             self.manager.report_error(e)
             return None
 
