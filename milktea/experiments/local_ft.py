@@ -133,7 +133,9 @@ def gaps(result, heartbeat_ms: int, sim_kb: float | None = None) -> list[str]:
         text = _("**Recovery traffic.** The rejoining group received {kb:.1f} kB (head office's parameters, the outer momentum, a peer's local parameters and AdamW state, the data position), and {rec:.1f} s passed from the kill to its first outer step back.").format(
             kb=kb, rec=k["recovery_s"])
         if sim_kb is not None:
-            text += " " + _("The simulated reopening copied {s:.1f} kB and took no time.").format(s=sim_kb)
+            from ..i18n import language
+            text += ("" if language() == "zh" else " ") + \
+                _("The simulated reopening copied {s:.1f} kB and took no time.").format(s=sim_kb)
         out.append(text)
     norm = _last_ledger(result, k["group"], k["killed"])
     if norm is not None:
