@@ -58,13 +58,20 @@ def merge(records: list[dict], t0: float) -> list[dict]:
 
 @dataclass
 class FTResult:
-    """A finished fault-tolerant run. `quorum_log`: see the module's docstring. `groups`:
-    one row per replica group (its outer steps with a report heard, the quorum sizes it
-    saw, bytes it sent, bytes it received to rejoin, its final held-out metrics). `kills`:
-    per injected fault, when the group was killed, restarted and rejoined (seconds since
-    the run started) and the recovery time, kill to rejoined. `final`: the held-out
-    metrics of head office's parameters; `agree`: the largest difference between the
-    groups' final parameters (0.0: one model)."""
+    """A finished fault-tolerant run.
+
+    quorum_log: one dict per quorum (the module's docstring says its keys).
+    groups: one dict per replica group: "group", "incarnations" (processes it had),
+        "outer steps" (committed exchanges its report entered), "quorum sizes", "bytes
+        sent", "bytes received" (to rejoin), "final" (held-out metrics, None if it did
+        not finish), "theta" (its final parameters' file), "late" (restarted too late).
+    kills: one dict per injected fault, times in seconds since the run started: "killed",
+        "restarted", "loaded" (its new process reached the lighthouse), "shrank" (the first
+        committed quorum without it), "rejoined" (its first committed quorum back) and
+        "rejoined_step", "recovery_s" (kill to rejoined), "shrink_s", "source" (the group
+        it received its state from).
+    final: the held-out metrics of head office's parameters; agree: the largest difference
+    between the finishing groups' final parameters (0.0: one model)."""
     scheme: str
     folder: str
     wall_s: float
