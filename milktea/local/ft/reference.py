@@ -3,7 +3,7 @@ batches (milktea.local's `Batches` for the group's number) and the same optimize
 (`torch.optim.AdamW` inside, `torch.optim.SGD` with Nesterov momentum outside), one
 process per replica group under a lighthouse, as `FTJob(..., engine="torchft")` starts
 it. With fp32 pseudo-gradients and no fault it must train the model milktea's groups
-train (tests/integration/test_local_ft.py compares them, and with `milktea.local` on
+train (tests/integration/test_local_ft_processes.py compares them, and with `milktea.local` on
 torchrun-style ranks).
 
     python -m milktea.local.ft.reference SPEC GROUP INCARNATION    (what the launcher starts)
