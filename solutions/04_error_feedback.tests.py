@@ -1,5 +1,5 @@
 """Tests of exercise 04 (error feedback): one step, a run, the quadratic demo, a buggy training loop to
-fix, and one step of DGC with momentum correction."""
+fix, one step of DGC with momentum correction, and EF21's estimates."""
 import functools
 
 import numpy as np
@@ -35,7 +35,7 @@ def _run_cases(rng, ref, hidden=False):
 
 def _train_cases(rng, ref, hidden=False):
     target = np.random.default_rng(0).standard_normal(200)
-    fixed = [] if hidden else [Case(N_("the seed's demo with the ledger"), (target, 20, 0.1, 60, True)),
+    fixed = [] if hidden else [Case(N_("the shop's demo with the ledger"), (target, 20, 0.1, 60, True)),
              Case(N_("the same without the ledger"), (target, 20, 0.1, 60, False)),
              Case(N_("k = n: plain gradient descent"), (target[:10], 10, 0.5, 5, True)),
              Case(N_("zero steps"), (target[:10], 2, 0.1, 0, True))]
@@ -89,6 +89,23 @@ def _dgc_cases(rng, ref, hidden=False):
     return fixed + rand
 
 
+def _ef21_cases(rng, ref, hidden=False):
+    fixed = [] if hidden else [
+        Case(N_("one step: the first packets are the Top-K of the gradients"), (np.array([[1.0, 0.3, -0.2, 0.1],
+                                                                                       [0.6, -0.4, 0.2, 0.3]]), 1, 0.2, 1)),
+        Case(N_("2 shops, Top-1 of 4: the estimates fill in over the steps"), (np.array([[1.0, 0.3, -0.2, 0.1],
+                                                                                        [0.6, -0.4, 0.2, 0.3]]), 1, 0.2, 12)),
+        Case(N_("3 shops, Top-2 of 6, 30 steps"), (_targets(np.random.default_rng(4), 3, 6), 2, 0.1, 30)),
+        Case(N_("k = n: the estimates are the gradients"), (_targets(np.random.default_rng(5), 4, 5), 5, 0.3, 6)),
+        Case(N_("zero steps"), (_targets(np.random.default_rng(6), 2, 3), 1, 0.1, 0))]
+    rand = []
+    for _draw in range(4):
+        workers, n = int(rng.integers(1, 9)), int(rng.integers(2, 400 if hidden else 60))
+        rand.append(Case(N_("random shops"), (_targets(rng, workers, n), int(rng.integers(1, n + 1)),
+                                              float(rng.uniform(0.01, 0.3)), int(rng.integers(1, 60 if hidden else 25)))))
+    return fixed + rand
+
+
 _close = dict(rtol=1e-6, atol=1e-6)
 TASKS = [
     Task("04.1", "ef_step", 3, _step_cases,
@@ -100,6 +117,8 @@ TASKS = [
     Task("04.5", "dgc_step", 3, _dgc_cases,
          several(array(rtol=1e-9, atol=1e-12), array(rtol=1e-9, atol=1e-12), array(rtol=1e-9, atol=1e-12),
                  names=("w", "velocity", "ledger"))),
+    Task("04.6", "ef21_train", 3, _ef21_cases,
+         several(array(rtol=1e-6, atol=1e-9), array(rtol=1e-6, atol=1e-9), names=("w", "estimates"))),
 ]
 
 
@@ -111,5 +130,6 @@ HIDDEN = {
     "04.3": functools.partial(_train_cases, hidden=True),
     "04.4": functools.partial(_fix_cases, hidden=True),
     "04.5": functools.partial(_dgc_cases, hidden=True),
+    "04.6": functools.partial(_ef21_cases, hidden=True),
 }
 ### END HIDDEN TESTS

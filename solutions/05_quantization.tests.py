@@ -1,5 +1,6 @@
-"""Tests of exercise 05 (quantization): absmax int8, dequantize, stochastic, int4 packing, sign with a
-ledger, a QSGD encoder (checked by its statistics), and 1-bit Adam's traffic over a whole run."""
+"""Tests of exercise 05 (quantization): a blockwise quantizer that never overflows, the chunk that pays,
+the small push predicted, int4 packing head office reads back, sign with a ledger, a QSGD encoder
+(checked by its statistics), and 1-bit Adam's traffic over a whole run."""
 import functools
 
 import numpy as np
@@ -35,64 +36,105 @@ def _codes_problem(expected, got, y, bits):
         at=list(i), want=int(expected[i]), got=int(got[i]), n=int(bad.sum()), size=bad.size)
 
 
+def _chunk_steps(x, chunk, scales):
+    """The scale of every entry's chunk, as float64, in the shape of x."""
+    n = int(np.size(x))
+    size = n if chunk is None else min(int(chunk), n)
+    return np.repeat(np.asarray(scales, np.float64), size)[:n].reshape(np.shape(x))
+
+
 def _quantize_compare(expected, got, args):
-    x, bits = args
+    x, bits = args[0], args[1]
+    chunk = args[2] if len(args) > 2 else None
     if not isinstance(got, (list, tuple)) or len(got) != 2:
-        return _("expected a tuple (codes, scale), got {v}").format(v=show(got))
-    codes, scale = got
-    problem = number(rtol=1e-6)(expected[1], scale, args)
+        return _("expected a tuple (codes, scales), got {v}").format(v=show(got))
+    codes, scales = got
+    if isinstance(scales, np.ndarray) and scales.dtype != np.float32:
+        return _("scales: expected dtype float32 (4 bytes each on the wire), got {dtype}").format(dtype=scales.dtype)
+    problem = array(dtype=np.float32, rtol=1e-6)(expected[1], scales, args)
     if problem:
-        return _("scale: {problem}").format(problem=problem)
-    s = float(expected[1])
-    y = np.asarray(x, np.float64) / s if s > 0 else np.zeros(np.shape(x))
+        return _("scales: {problem}").format(problem=problem)
+    steps = _chunk_steps(x, chunk, expected[1])
+    y = np.where(steps > 0, np.asarray(x, np.float64) / np.where(steps > 0, steps, 1.0), 0.0)
     problem = _codes_problem(expected[0], codes, y, bits)
-    if problem or s == 0:
+    if problem:
         return problem
-    err = np.abs(codes.astype(np.float64) * s - np.asarray(x, np.float64))
-    worst = int(np.argmax(err))
-    if err.flat[worst] > s / 2 * (1 + 1e-4):
+    err = np.abs(codes.astype(np.float64) * steps - np.asarray(x, np.float64))
+    worst = np.unravel_index(int(np.argmax(err)), err.shape) if err.size else None
+    if worst is not None and err[worst] > steps[worst] / 2 * (1 + 1e-4):
         return _("entry {i}: x = {x} decodes to {back}; the error {err} is more than half a step ({half})").format(
-            i=worst, x=show(np.ravel(x)[worst]), back=show(codes.flat[worst] * s), err=show(err.flat[worst]),
-            half=show(s / 2))
+            i=list(worst), x=show(np.asarray(x)[worst]), back=show(codes[worst] * steps[worst]), err=show(err[worst]),
+            half=show(steps[worst] / 2))
     return None
 
 
-def _stochastic_compare(expected, got, args):
-    x, scale, u, bits = args
-    y = np.asarray(x, np.float64) / scale + u
-    return _codes_problem(expected, got, y - 0.5, bits)   # boundaries of floor(y) sit at y - 0.5 = k + 0.5
-
-
 def _quantize_cases(rng, ref, hidden=False):
-    fixed = [] if hidden else [Case(N_("the biggest value maps to +127"), (np.array([0.5, -0.25, 1.0, 0.0], np.float32), 8)),
-             Case(N_("all zeros: scale 0, codes 0"), (np.zeros(6, np.float32), 8)),
-             Case(N_("a negative absmax"), (np.array([0.1, -2.0, 0.7], np.float32), 8)),
-             Case(N_("4 bits: 7 levels each side"), (np.linspace(-1, 1, 9).astype(np.float32), 4)),
-             Case(N_("2 bits and a 2-D input"), (np.array([[0.2, -0.9], [0.45, 0.9]]), 2))]
-    rand = [Case(N_("random gradient"), (rng.standard_normal(int(rng.integers(1, 4000 if hidden else 200))).astype(rng.choice([np.float32, np.float64]))
-                                     * float(rng.uniform(1e-4, 10)), int(bits))) for bits in (8, 8, 4, 3)]
-    return fixed + rand
-
-
-def _dequantize_cases(rng, ref, hidden=False):
-    fixed = [] if hidden else [Case(N_("codes and a scale"), (np.array([127, -64, 0, 1], np.int8), 0.01)),
-             Case(N_("scale 0"), (np.array([0, 0], np.int8), 0.0))]
-    rand = [Case(N_("random codes"), (rng.integers(-127, 128, int(rng.integers(1, 3000 if hidden else 200))).astype(np.int8),
-                                  float(rng.uniform(1e-5, 1)))) for _draw in range(4)]
-    return fixed + rand
-
-
-def _stochastic_cases(rng, ref, hidden=False):
-    x = np.array([0.3, -0.3, 1.0, -1.0, 0.0], np.float32)
-    fixed = [] if hidden else [Case(N_("u = 0: always round down"), (x, 0.1, np.zeros(5), 8)),
-             Case(N_("u close to 1: round up unless exact"), (x, 0.1, np.full(5, 0.999), 8)),
-             Case(N_("values beyond the range are clipped"), (np.array([2.0, -2.0], np.float32), 0.01, np.array([0.5, 0.5]), 8))]
+    fixed = [] if hidden else [
+        Case(N_("the biggest value maps to +127"), (np.array([0.5, -0.25, 1.0, 0.0], np.float32), 8)),
+        Case(N_("a chunk whose largest magnitude is negative"), (np.array([0.5, -0.2, 0.9, 0.1, 0.3, -2.0, 0.7, 0.1],
+                                                                       np.float32), 8, 4)),
+        Case(N_("a chunk of zeros (blank pixels)"), (np.array([0.4, -0.1, 0.0, 0.0, 0.0, 0.0, 0.2, 0.3], np.float32), 8, 2)),
+        Case(N_("a chunk of only negative values"), (np.array([0.3, 0.6, -0.1, -0.5, -0.2, -0.9], np.float32), 4, 3)),
+        Case(N_("all zeros, one scale"), (np.zeros(6, np.float32), 8)),
+        Case(N_("4 bits, a last chunk shorter than the others"), (np.linspace(-1, 1, 9).astype(np.float32), 4, 4)),
+        Case(N_("2 bits and a 2-D input, chunks across its rows"), (np.array([[0.2, -0.9, 0.1], [0.45, 0.9, -0.3]]), 2, 4)),
+        Case(N_("a chunk larger than the tensor"), (np.array([0.1, -2.0, 0.7], np.float32), 8, 1024))]
     rand = []
-    for bits in (8, 8, 4, 6):
-        n = int(rng.integers(1, 3000 if hidden else 200))
+    for bits in (8, 8, 4, 3):
+        n = int(rng.integers(1, 4000 if hidden else 200))
+        x = rng.standard_normal(n).astype(rng.choice([np.float32, np.float64])) * float(rng.uniform(1e-4, 10))
+        x[rng.random(n) < 0.1] = 0.0
+        chunk = None if rng.random() < 0.25 else int(rng.integers(1, n + 1))
+        rand.append(Case(N_("random gradient and chunk"), (x, int(bits)) if chunk is None else (x, int(bits), chunk)))
+    return fixed + rand
+
+
+def _spiky(seed, n, outlier):
+    x = np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+    x[n // 3] = outlier
+    return x
+
+
+def _chunk_cases(rng, ref, hidden=False):
+    spiky = _spiky(1, 4096, 100.0)
+    fixed = [] if hidden else [
+        Case(N_("one outlier, int4, error at most 30%"), (spiky, 4, [16, 64, 256, 1024, 4096], 0.3)),
+        Case(N_("one outlier, int4, error at most 10%"), (spiky, 4, [16, 64, 256, 1024, 4096], 0.1)),
+        Case(N_("no outlier, int8: one scale is enough"), (_spiky(2, 2048, 1.0), 8, [32, 256, 2048], 0.01)),
+        Case(N_("a small tensor: every scale costs 4 bytes"), (_spiky(3, 16, 2.0), 8, [1, 4, 16], 0.05)),
+        Case(N_("2 bits, a bound only small chunks meet"), (_spiky(4, 1000, 30.0), 2, [10, 100, 1000], 0.45)),
+        Case(N_("5 bits: codes that straddle bytes"), (_spiky(5, 999, 8.0), 5, [3, 37, 333, 999], 0.06))]
+    rand = []
+    while len(rand) < 4:
+        n = int(rng.integers(8, 3000 if hidden else 400))
         x = rng.standard_normal(n).astype(np.float32)
-        scale = float(np.abs(x).max() / _levels(bits))
-        rand.append(Case(N_("random gradient and noise"), (x, scale, rng.random(n), bits)))
+        x[rng.integers(0, n, int(rng.integers(0, 4)))] *= float(rng.uniform(5, 100))
+        bits = int(rng.choice([2, 3, 4, 8]))
+        counts = sorted({int(c) for c in np.unique(np.geomspace(1, n, 5).astype(int))})
+        chunks = sorted({-(-n // c) for c in counts}, reverse=True)    # chunk sizes giving different counts
+        chunks = [c for i, c in enumerate(chunks) if i == 0 or -(-n // c) != -(-n // chunks[i - 1])]
+        bound = float(rng.uniform(0.02, 0.6))
+        # the answer must not hang on a hair of the bound, and some candidate must meet it
+        picks = {ref["best_chunk"](x, bits, chunks, bound * e) for e in (1 - 1e-4, 1, 1 + 1e-4)}
+        if len(picks) == 1 and None not in picks:
+            rand.append(Case(N_("random gradient, bits and bound"), (x, bits, chunks, bound)))
+    return fixed + rand
+
+
+def _push_cases(rng, ref, hidden=False):
+    fixed = [] if hidden else [
+        Case(N_("chapter 05: 0.002 on an 8-bit grid of step 1/127, 200 nights"), (0.002, 1 / 127, 200)),
+        Case(N_("a push a little over half a step"), (0.6, 1.0, 50)),
+        Case(N_("a negative push"), (-0.3, 0.5, 10)),
+        Case(N_("a push larger than a step"), (2.3, 1.0, 1000)),
+        Case(N_("a push on the grid: no noise"), (0.75, 0.25, 40)),
+        Case(N_("one night"), (-1.7, 1.0, 1))]
+    rand = []
+    while len(rand) < 4:
+        scale, nights = float(10 ** rng.uniform(-4, 0)), int(rng.integers(1, 10_000))
+        steps = float(rng.uniform(-5, 5))
+        if abs(steps - np.floor(steps) - 0.5) > 1e-3:          # never halfway between two grid points
+            rand.append(Case(N_("random push, step and nights"), (steps * scale, scale, nights)))
     return fixed + rand
 
 
@@ -220,8 +262,11 @@ def _traffic_cases(rng, ref, hidden=False):
 
 TASKS = [
     Task("05.1", "absmax_quantize", 3, _quantize_cases, _quantize_compare),
-    Task("05.2", "dequantize", 1, _dequantize_cases, array(dtype=np.float32, rtol=1e-6)),
-    Task("05.3", "stochastic_quantize", 2, _stochastic_cases, _stochastic_compare),
+    Task("05.2", "best_chunk", 2, _chunk_cases, several(number(rtol=0, atol=0), number(rtol=0, atol=0),
+                                                          names=("chunk", "nbytes"))),
+    Task("05.3", "small_push", 2, _push_cases,
+         several(number(rtol=1e-9, atol=1e-12), number(rtol=1e-9, atol=1e-12), number(rtol=1e-9, atol=1e-12),
+                 names=("nearest_total", "stochastic_mean", "stochastic_std")), reveal=False, digits=4),
     Task("05.4", "pack_int4", 2, _pack_cases, byte_array()),
     Task("05.5", "sign_ef_step", 3, _sign_cases, _sign_compare),
     Task("05.6", "qsgd_encode", 3, _qsgd_cases, _qsgd_compare, params=("x", "s"), harness=QSGD_HARNESS),
@@ -234,8 +279,8 @@ TASKS = [
 # larger random cases, drawn from the grader's own seed (the public ones stay small: they ship)
 HIDDEN = {
     "05.1": functools.partial(_quantize_cases, hidden=True),
-    "05.2": functools.partial(_dequantize_cases, hidden=True),
-    "05.3": functools.partial(_stochastic_cases, hidden=True),
+    "05.2": functools.partial(_chunk_cases, hidden=True),
+    "05.3": functools.partial(_push_cases, hidden=True),
     "05.4": functools.partial(_pack_cases, hidden=True),
     "05.5": functools.partial(_sign_cases, hidden=True),
     "05.6": functools.partial(_qsgd_cases, hidden=True),

@@ -227,6 +227,9 @@ WRONG = {
         ("the k-th smallest magnitude", _src("""
             def topk_threshold(x, k):
                 return float(np.sort(np.abs(x).ravel())[k - 1])""")),
+        ("magnitudes, but sorted row by row", _src("""
+            def topk_threshold(x, k):
+                return float(np.min(np.sort(np.abs(x))[..., -k]))""")),
     ],
     "03.2": [
         ("strictly above the threshold", _src("""
@@ -263,6 +266,16 @@ WRONG = {
                 t = np.abs(flat[idx[k - 1]])
                 idx = idx[np.abs(flat[idx]) >= t].astype(np.int32)
                 return idx, flat[idx]""")),
+        ("the clerk's pack_v1: argpartition's order, int64, exactly k", _src("""
+            def topk_pack(x, k):
+                flat = x.ravel()
+                idx = np.argpartition(np.abs(flat), -k)[-k:]
+                return idx, flat[idx]""")),
+        ("sorted positions, but exactly k: a tie at the threshold dropped", _src("""
+            def topk_pack(x, k):
+                flat = x.ravel()
+                idx = np.sort(np.argpartition(np.abs(flat), -k)[-k:]).astype(np.int32)
+                return idx, flat[idx]""")),
         ("row numbers of a 2-D gradient, not flat positions", _src("""
             def topk_pack(x, k):
                 t = np.sort(np.abs(x).ravel())[-k]
@@ -280,6 +293,11 @@ WRONG = {
                 out = np.zeros(int(np.prod(shape)), dtype=values.dtype)
                 out[indices] = values
                 return out""")),
+        ("head office's unpack_v1: positions taken as rows, float64", _src("""
+            def topk_unpack(indices, values, shape):
+                report = np.zeros(shape)
+                report[indices] = values
+                return report""")),
         ("the dtype of the positions", _src("""
             def topk_unpack(indices, values, shape):
                 out = np.zeros(int(np.prod(shape)), dtype=indices.dtype)
@@ -300,6 +318,34 @@ WRONG = {
         ("as if the energy were spread evenly", _src("""
             def k_for_energy(x, share):
                 return int(np.ceil(share * np.size(x)))""")),
+    ],
+    "03.6": [
+        ("k entries at random, not scaled: a k/n share of x on average", _src("""
+            def randk(x, k, rng):
+                keep = rng.choice(x.size, size=k, replace=False)
+                out = np.zeros(x.shape)
+                out[keep] = x[keep]
+                return out""")),
+        ("scaled by k/n instead of n/k", _src("""
+            def randk(x, k, rng):
+                keep = rng.choice(x.size, size=k, replace=False)
+                out = np.zeros(x.shape)
+                out[keep] = x[keep] * k / x.size
+                return out""")),
+        ("each entry kept with probability k/n: unbiased, but more than k may travel", _src("""
+            def randk(x, k, rng):
+                keep = rng.random(x.size) < k / x.size
+                return np.where(keep, x * x.size / k, 0.0)""")),
+        ("Top-K scaled by n/k: no randomness, so its bias never averages out", _src("""
+            def randk(x, k, rng):
+                t = np.sort(np.abs(x))[-k]
+                return np.where(np.abs(x) >= t, x * x.size / k, 0.0)""")),
+        ("positions drawn with replacement: fewer than k distinct, too rarely kept", _src("""
+            def randk(x, k, rng):
+                keep = rng.integers(0, x.size, size=k)
+                out = np.zeros(x.shape)
+                out[keep] = x[keep] * x.size / k
+                return out""")),
     ],
     # --- 04: error feedback ------------------------------------------------------------------
     "04.1": [
@@ -498,60 +544,188 @@ WRONG = {
                     velocity[i, keep] = 0.0
                 return w - lr * sent.sum(axis=0), velocity, ledger""")),
     ],
+    "04.6": [
+        ("each estimate replaced by its packet, not increased by it", _src("""
+            def ef21_train(targets, k, lr, steps):
+                shops, n = targets.shape
+                w, est, g = np.zeros(n), np.zeros((shops, n)), np.zeros(n)
+                for _ in range(steps):
+                    change = (w - targets) - est
+                    kth = -np.sort(-np.abs(change), axis=1)[:, k - 1:k]
+                    packets = np.where(np.abs(change) >= kth, change, 0.0)
+                    est = packets
+                    g = est.mean(axis=0)
+                    w = w - lr * g
+                return w, est""")),
+        ("the packet is the Top-K of the gradient, not of its distance from the estimate", _src("""
+            def ef21_train(targets, k, lr, steps):
+                shops, n = targets.shape
+                w, est, g = np.zeros(n), np.zeros((shops, n)), np.zeros(n)
+                for _ in range(steps):
+                    grads = w - targets
+                    kth = -np.sort(-np.abs(grads), axis=1)[:, k - 1:k]
+                    packets = np.where(np.abs(grads) >= kth, grads, 0.0)
+                    est = est + packets
+                    g = g + packets.mean(axis=0)
+                    w = w - lr * g
+                return w, est""")),
+        ("head office steps with the average packet, not with its estimate g", _src("""
+            def ef21_train(targets, k, lr, steps):
+                shops, n = targets.shape
+                w, est = np.zeros(n), np.zeros((shops, n))
+                for _ in range(steps):
+                    change = (w - targets) - est
+                    kth = -np.sort(-np.abs(change), axis=1)[:, k - 1:k]
+                    packets = np.where(np.abs(change) >= kth, change, 0.0)
+                    est = est + packets
+                    w = w - lr * packets.mean(axis=0)
+                return w, est""")),
+        ("the recipe moves before the packets reach head office", _src("""
+            def ef21_train(targets, k, lr, steps):
+                shops, n = targets.shape
+                w, est, g = np.zeros(n), np.zeros((shops, n)), np.zeros(n)
+                for _ in range(steps):
+                    w = w - lr * g
+                    change = (w - targets) - est
+                    kth = -np.sort(-np.abs(change), axis=1)[:, k - 1:k]
+                    packets = np.where(np.abs(change) >= kth, change, 0.0)
+                    est = est + packets
+                    g = g + packets.mean(axis=0)
+                return w, est""")),
+        ("head office adds up the packets instead of averaging them", _src("""
+            def ef21_train(targets, k, lr, steps):
+                shops, n = targets.shape
+                w, est, g = np.zeros(n), np.zeros((shops, n)), np.zeros(n)
+                for _ in range(steps):
+                    change = (w - targets) - est
+                    kth = -np.sort(-np.abs(change), axis=1)[:, k - 1:k]
+                    packets = np.where(np.abs(change) >= kth, change, 0.0)
+                    est = est + packets
+                    g = g + packets.sum(axis=0)
+                    w = w - lr * g
+                return w, est""")),
+    ],
     # --- 05: quantization --------------------------------------------------------------------
     "05.1": [
+        ("the clerk's blockwise_v1: signed max, no clamp, 0 / 0", _src("""
+            def absmax_quantize(x, bits, chunk=None):
+                levels = 2 ** (bits - 1) - 1
+                flat = x.ravel()
+                chunk = flat.size if chunk is None else chunk
+                codes = np.zeros(flat.size, dtype=np.int8)
+                scales = np.zeros(-(-flat.size // chunk), dtype=np.float32)
+                with np.errstate(all="ignore"):
+                    for j, start in enumerate(range(0, flat.size, chunk)):
+                        block = flat[start:start + chunk]
+                        scales[j] = block.max() / levels
+                        codes[start:start + chunk] = np.round(block / scales[j])
+                return codes.reshape(x.shape), scales""")),
+        ("clamped, and zeros handled, but the scale from the signed max", _src("""
+            def absmax_quantize(x, bits, chunk=None):
+                levels = 2 ** (bits - 1) - 1
+                flat = np.asarray(x).ravel()
+                size = flat.size if chunk is None else min(chunk, flat.size)
+                scales = np.array([flat[s:s + size].max() / levels for s in range(0, flat.size, size)],
+                                  dtype=np.float32)
+                steps = np.repeat(scales.astype(np.float64), size)[:flat.size]
+                codes = np.clip(np.round(flat / np.where(steps != 0, steps, 1.0)), -levels, levels)
+                return codes.astype(np.int8).reshape(np.shape(x)), scales""")),
+        ("one scale for the whole tensor, whatever the chunk", _src("""
+            def absmax_quantize(x, bits, chunk=None):
+                levels = 2 ** (bits - 1) - 1
+                flat = np.asarray(x).ravel()
+                scale = np.float32(np.abs(flat).max() / levels)
+                size = flat.size if chunk is None else min(chunk, flat.size)
+                scales = np.full(-(-flat.size // size), scale, dtype=np.float32)
+                codes = np.clip(np.round(flat / scale), -levels, levels) if scale > 0 else np.zeros(flat.size)
+                return codes.astype(np.int8).reshape(np.shape(x)), scales""")),
         ("unsigned levels: 2^bits - 1", _src("""
-            def absmax_quantize(x, bits):
+            def absmax_quantize(x, bits, chunk=None):
                 levels = 2 ** bits - 1
-                scale = float(np.abs(x).max()) / levels if x.size else 0.0
-                if scale == 0:
-                    return np.zeros(x.shape, np.int8), 0.0
-                return np.clip(np.round(x / scale), -levels, levels).astype(np.int8), scale""")),
-        ("truncates instead of rounding", _src("""
-            def absmax_quantize(x, bits):
+                flat = np.asarray(x).ravel()
+                size = flat.size if chunk is None else min(chunk, flat.size)
+                scales = np.array([np.abs(flat[s:s + size]).max() / levels for s in range(0, flat.size, size)],
+                                  dtype=np.float32)
+                steps = np.repeat(scales.astype(np.float64), size)[:flat.size]
+                codes = np.clip(np.round(flat / np.where(steps > 0, steps, 1.0)), -127, 127)
+                return codes.astype(np.int8).reshape(np.shape(x)), scales""")),
+        ("float64 scales: twice the bytes of each", _src("""
+            def absmax_quantize(x, bits, chunk=None):
                 levels = 2 ** (bits - 1) - 1
-                scale = float(np.abs(x).max()) / levels if x.size else 0.0
-                if scale == 0:
-                    return np.zeros(x.shape, np.int8), 0.0
-                return (x / scale).astype(np.int8), scale""")),
-        ("int32 codes: four times the bytes", _src("""
-            def absmax_quantize(x, bits):
-                levels = 2 ** (bits - 1) - 1
-                scale = float(np.abs(x).max()) / levels if x.size else 0.0
-                if scale == 0:
-                    return np.zeros(x.shape, np.int32), 0.0
-                return np.clip(np.round(x / scale), -levels, levels).astype(np.int32), scale""")),
-        ("one level too many: max|x| / 2^(bits-1)", _src("""
-            def absmax_quantize(x, bits):
-                levels = 2 ** (bits - 1)
-                scale = float(np.abs(x).max()) / levels if x.size else 0.0
-                if scale == 0:
-                    return np.zeros(x.shape, np.int8), 0.0
-                return np.clip(np.round(x / scale), -levels + 1, levels - 1).astype(np.int8), scale""")),
+                flat = np.asarray(x).ravel()
+                size = flat.size if chunk is None else min(chunk, flat.size)
+                scales = np.array([np.abs(flat[s:s + size]).max() / levels for s in range(0, flat.size, size)])
+                steps = np.repeat(scales, size)[:flat.size]
+                codes = np.clip(np.round(flat / np.where(steps > 0, steps, 1.0)), -levels, levels)
+                return codes.astype(np.int8).reshape(np.shape(x)), scales""")),
     ],
     "05.2": [
-        ("float64 output", _src("""
-            def dequantize(codes, scale):
-                return codes.astype(np.float64) * scale""")),
-        ("divides by the scale", _src("""
-            def dequantize(codes, scale):
-                return (codes.astype(np.float32) / np.float32(scale)) if scale else codes.astype(np.float32)""")),
-        ("multiplies in int8 and overflows", _src("""
-            def dequantize(codes, scale):
-                return (codes * np.int8(round(1 / scale) if scale else 0)).astype(np.float32)""")),
+        ("the scales' bytes forgotten: the smallest chunk always wins", _src("""
+            def best_chunk(x, bits, chunks, max_error):
+                n, best = x.size, None
+                for chunk in chunks:
+                    codes, scales = absmax_quantize(x, bits, chunk)
+                    dec = codes.ravel() * np.repeat(scales.astype(np.float64), min(chunk, n))[:n]
+                    error = np.linalg.norm(dec - x.ravel()) / np.linalg.norm(x.astype(np.float64))
+                    nbytes = -(-n * bits // 8)
+                    if error <= max_error and (best is None or nbytes < best[1]):
+                        best = (chunk, nbytes)
+                return best""")),
+        ("the smallest error, not the fewest bytes", _src("""
+            def best_chunk(x, bits, chunks, max_error):
+                n, best = x.size, None
+                for chunk in chunks:
+                    codes, scales = absmax_quantize(x, bits, chunk)
+                    dec = codes.ravel() * np.repeat(scales.astype(np.float64), min(chunk, n))[:n]
+                    error = np.linalg.norm(dec - x.ravel()) / np.linalg.norm(x.astype(np.float64))
+                    nbytes = -(-n * bits // 8) + 4 * scales.size
+                    if best is None or error < best[2]:
+                        best = (chunk, nbytes, error)
+                return best[:2]""")),
+        ("the worst entry's error against the largest magnitude", _src("""
+            def best_chunk(x, bits, chunks, max_error):
+                n, best = x.size, None
+                for chunk in chunks:
+                    codes, scales = absmax_quantize(x, bits, chunk)
+                    dec = codes.ravel() * np.repeat(scales.astype(np.float64), min(chunk, n))[:n]
+                    error = np.abs(dec - x.ravel()).max() / np.abs(x).max()
+                    nbytes = -(-n * bits // 8) + 4 * scales.size
+                    if error <= max_error and (best is None or nbytes < best[1]):
+                        best = (chunk, nbytes)
+                return best""")),
+        ("every code a whole byte, however few its bits", _src("""
+            def best_chunk(x, bits, chunks, max_error):
+                n, best = x.size, None
+                for chunk in chunks:
+                    codes, scales = absmax_quantize(x, bits, chunk)
+                    dec = codes.ravel() * np.repeat(scales.astype(np.float64), min(chunk, n))[:n]
+                    error = np.linalg.norm(dec - x.ravel()) / np.linalg.norm(x.astype(np.float64))
+                    nbytes = n + 4 * scales.size
+                    if error <= max_error and (best is None or nbytes < best[1]):
+                        best = (chunk, nbytes)
+                return best""")),
     ],
     "05.3": [
-        ("rounds instead of flooring", _src("""
-            def stochastic_quantize(x, scale, u, bits):
-                L = 2 ** (bits - 1) - 1
-                return np.clip(np.round(x / scale + u), -L, L).astype(np.int8)""")),
-        ("rounds up by a coin flip, not by the fraction", _src("""
-            def stochastic_quantize(x, scale, u, bits):
-                L = 2 ** (bits - 1) - 1
-                return np.clip(np.floor(x / scale) + (u < 0.5), -L, L).astype(np.int8)""")),
-        ("forgets to clip", _src("""
-            def stochastic_quantize(x, scale, u, bits):
-                return np.floor(x / scale + u).astype(np.int8)""")),
+        ("the standard deviation of one night, not of the total", _src("""
+            def small_push(delta, scale, nights):
+                f = delta / scale - np.floor(delta / scale)
+                return nights * scale * float(np.round(delta / scale)), nights * delta, scale * np.sqrt(f * (1 - f))""")),
+        ("nearest rounding taken as exact", _src("""
+            def small_push(delta, scale, nights):
+                f = delta / scale - np.floor(delta / scale)
+                return nights * delta, nights * delta, scale * np.sqrt(nights * f * (1 - f))""")),
+        ("the worst case, half a step, as if every night were a coin toss", _src("""
+            def small_push(delta, scale, nights):
+                return nights * scale * float(np.round(delta / scale)), nights * delta, scale / 2 * np.sqrt(nights)""")),
+        ("standard deviations added up, not variances", _src("""
+            def small_push(delta, scale, nights):
+                f = delta / scale - np.floor(delta / scale)
+                return nights * scale * float(np.round(delta / scale)), nights * delta, nights * scale * np.sqrt(f * (1 - f))""")),
+        ("the fraction of a negative push measured towards zero", _src("""
+            def small_push(delta, scale, nights):
+                f = delta / scale - np.trunc(delta / scale)
+                return (nights * scale * float(np.round(delta / scale)), nights * delta,
+                        scale * np.sqrt(abs(nights * f * (1 - f))))""")),
     ],
     "05.4": [
         ("the first code in the high nibble", _src("""
@@ -566,6 +740,12 @@ WRONG = {
                 if n.size % 2:
                     n = np.append(n, np.uint8(0))
                 return (n[0::2] | (n[1::2] << 4)).astype(np.uint8)""")),
+        ("the clerk's pack_v1: a negative code's high bits spill into its neighbour", _src("""
+            def pack_int4(codes):
+                c = codes.astype(np.uint8)
+                if c.size % 2:
+                    c = np.append(c, np.uint8(0))
+                return (c[0::2] | (c[1::2] << 4)).astype(np.uint8)""")),
         ("drops the last code of an odd count", _src("""
             def pack_int4(codes):
                 n = codes.astype(np.uint8) & 0x0F
@@ -845,80 +1025,243 @@ WRONG = {
     ],
     # --- 08: local steps -------------------------------------------------------------------------
     "08.1": [
-        ("the sign flipped: head office moves away from the workers", _src("""
-            def outer_step(theta, delta, buffer, lr, momentum):
-                new = np.array(delta, copy=True) if buffer is None else momentum * buffer + delta
-                return (theta + lr * (delta + momentum * new)).astype(theta.dtype), new.astype(theta.dtype)""")),
-        ("heavy-ball momentum: no Nesterov look-ahead", _src("""
-            def outer_step(theta, delta, buffer, lr, momentum):
-                new = np.array(delta, copy=True) if buffer is None else momentum * buffer + delta
-                return (theta - lr * new).astype(theta.dtype), new.astype(theta.dtype)""")),
-        ("the look-ahead uses last week's buffer", _src("""
-            def outer_step(theta, delta, buffer, lr, momentum):
-                old = np.zeros_like(delta) if buffer is None else buffer
-                new = momentum * old + delta
-                return (theta - lr * (delta + momentum * old)).astype(theta.dtype), new.astype(theta.dtype)""")),
-        ("the learning rate folded into the buffer", _src("""
-            def outer_step(theta, delta, buffer, lr, momentum):
-                new = lr * delta if buffer is None else momentum * buffer + lr * delta
-                return (theta - (lr * delta + momentum * new)).astype(theta.dtype), new.astype(theta.dtype)""")),
+        ("two workers at theta + d and theta - d: their average is theta", _src("""
+            def check_outer_step(outer_step):
+                theta, d = np.array([1.0, 2.0, 3.0]), np.array([0.5, -1.0, 2.0])
+                workers = np.stack([theta + d, theta - d])
+                got = outer_step(theta, workers, 1.0, 0.0)
+                avg = workers.mean(axis=0)
+                if np.allclose(got, avg):
+                    return "right"
+                return "reversed" if np.allclose(got, 2 * theta - avg) else "wrong"
+            """)),
+        ("a single worker: a sum is its mean", _src("""
+            def check_outer_step(outer_step):
+                theta, workers = np.array([1.0, 2.0, 3.0]), np.array([[0.0, 3.0, 1.0]])
+                got = outer_step(theta, workers, 1.0, 0.0)
+                if np.allclose(got, workers[0]):
+                    return "right"
+                return "reversed" if np.allclose(got, 2 * theta - workers[0]) else "wrong"
+            """)),
+        ("only the direction: towards the workers or away", _src("""
+            def check_outer_step(outer_step):
+                theta = np.array([1.0, -2.0, 0.5])
+                workers = np.array([[0.0, -1.0, 2.0], [3.0, -4.0, 0.5], [1.5, 0.5, -1.0]])
+                move = outer_step(theta, workers, 1.0, 0.0) - theta
+                return "right" if move @ (workers.mean(axis=0) - theta) > 0 else "reversed"
+            """)),
+        ("DiLoCo's lr 0.7 and momentum 0.9, compared with the average", _src("""
+            def check_outer_step(outer_step):
+                theta = np.array([1.0, -2.0, 0.5])
+                workers = np.array([[0.0, -1.0, 2.0], [3.0, -4.0, 0.5], [1.5, 0.5, -1.0]])
+                got, avg = outer_step(theta, workers, 0.7, 0.9), workers.mean(axis=0)
+                if np.allclose(got, avg):
+                    return "right"
+                return "reversed" if np.allclose(got, 2 * theta - avg) else "wrong"
+            """)),
+        ("exact equality: a float32 step is never equal", _src("""
+            def check_outer_step(outer_step):
+                theta = np.array([1.0, -2.0, 0.5])
+                workers = np.array([[0.0, -1.0, 2.0], [3.0, -4.1, 0.5], [1.5, 0.5, -1.3]])
+                got, avg = outer_step(theta, workers, 1.0, 0.0), workers.mean(axis=0)
+                if np.array_equal(got, avg):
+                    return "right"
+                return "reversed" if np.array_equal(got, 2 * theta - avg) else "wrong"
+            """)),
+        ("a one-parameter model: a mean over every entry is the mean over workers", _src("""
+            def check_outer_step(outer_step):
+                theta, workers = np.array([1.0]), np.array([[0.0], [3.0], [-1.5]])
+                got, avg = outer_step(theta, workers, 1.0, 0.0), workers.mean(axis=0)
+                if np.allclose(got, avg):
+                    return "right"
+                return "reversed" if np.allclose(got, 2 * theta - avg) else "wrong"
+            """)),
     ],
     "08.2": [
-        ("H forgotten: a report every step", _src("""
-            def bytes_per_token(params, inner_steps, tokens_per_step, bits, density, index_bytes):
-                per_value = bits / 8 + (index_bytes if density < 1 else 0)
-                return float(params * density * per_value / tokens_per_step)""")),
-        ("bits counted as bytes", _src("""
-            def bytes_per_token(params, inner_steps, tokens_per_step, bits, density, index_bytes):
-                per_value = bits + (index_bytes if density < 1 else 0)
-                return float(params * density * per_value / (inner_steps * tokens_per_step))""")),
-        ("positions counted for a dense report too", _src("""
-            def bytes_per_token(params, inner_steps, tokens_per_step, bits, density, index_bytes):
-                return float(params * density * (bits / 8 + index_bytes) / (inner_steps * tokens_per_step))""")),
-        ("multiplied by H instead of divided", _src("""
-            def bytes_per_token(params, inner_steps, tokens_per_step, bits, density, index_bytes):
-                per_value = bits / 8 + (index_bytes if density < 1 else 0)
-                return float(params * density * per_value * inner_steps / tokens_per_step)""")),
+        ("one step short: H rounded down", _src("""
+            def inner_steps_for(params, workers, compute_s, gbit_per_s, latency_s, bits, share):
+                t = 2 * (workers - 1) * (latency_s + params * bits / 8 / workers / (gbit_per_s * 125e6))
+                return max(1, int(share * t / ((1 - share) * compute_s)))""")),
+        ("gigabits read as gigabytes", _src("""
+            def inner_steps_for(params, workers, compute_s, gbit_per_s, latency_s, bits, share):
+                t = 2 * (workers - 1) * (latency_s + params * bits / 8 / workers / (gbit_per_s * 1e9))
+                return max(1, int(np.ceil(share * t / ((1 - share) * compute_s))))""")),
+        ("the exchange against the compute, not against the whole time", _src("""
+            def inner_steps_for(params, workers, compute_s, gbit_per_s, latency_s, bits, share):
+                t = 2 * (workers - 1) * (latency_s + params * bits / 8 / workers / (gbit_per_s * 125e6))
+                return max(1, int(np.ceil(t / ((1 - share) * compute_s))))""")),
+        ("the latency forgotten", _src("""
+            def inner_steps_for(params, workers, compute_s, gbit_per_s, latency_s, bits, share):
+                t = 2 * (workers - 1) * params * bits / 8 / workers / (gbit_per_s * 125e6)
+                return max(1, int(np.ceil(share * t / ((1 - share) * compute_s))))""")),
+        ("the whole report in every message of the ring", _src("""
+            def inner_steps_for(params, workers, compute_s, gbit_per_s, latency_s, bits, share):
+                t = 2 * (workers - 1) * (latency_s + params * bits / 8 / (gbit_per_s * 125e6))
+                return max(1, int(np.ceil(share * t / ((1 - share) * compute_s))))""")),
     ],
     "08.3": [
-        ("the pseudo-gradient's sign flipped", _src("""
-            def report_with_ledger(theta_global, theta_local, ledger, k):
-                total = ledger + (theta_local - theta_global)
-                t = np.partition(np.abs(total).ravel(), total.size - k)[total.size - k]
-                sent = np.where(np.abs(total) >= t, total, 0).astype(theta_global.dtype)
-                return sent, (total - sent).astype(theta_global.dtype)""")),
-        ("the ledger never added in", _src("""
-            def report_with_ledger(theta_global, theta_local, ledger, k):
-                delta = theta_global - theta_local
-                t = np.partition(np.abs(delta).ravel(), delta.size - k)[delta.size - k]
-                sent = np.where(np.abs(delta) >= t, delta, 0).astype(theta_global.dtype)
-                return sent, (ledger + delta - sent).astype(theta_global.dtype)""")),
-        ("what was sent stays in the ledger", _src("""
-            def report_with_ledger(theta_global, theta_local, ledger, k):
-                total = ledger + (theta_global - theta_local)
-                t = np.partition(np.abs(total).ravel(), total.size - k)[total.size - k]
-                sent = np.where(np.abs(total) >= t, total, 0).astype(theta_global.dtype)
-                return sent, total.astype(theta_global.dtype)""")),
-        ("the largest values, not the largest magnitudes", _src("""
-            def report_with_ledger(theta_global, theta_local, ledger, k):
-                total = ledger + (theta_global - theta_local)
-                t = np.partition(total.ravel(), total.size - k)[total.size - k]
-                sent = np.where(total >= t, total, 0).astype(theta_global.dtype)
-                return sent, (total - sent).astype(theta_global.dtype)""")),
+        ("the buggy loop as given", _src("""
+            def sparseloco_train(targets, k, inner_steps, lr, rounds):
+                shops, n = targets.shape
+                theta, local, ledgers = np.zeros(n), np.zeros((shops, n)), np.zeros((shops, n))
+                for _ in range(rounds):
+                    for _ in range(inner_steps):
+                        local = local - lr * (local - targets)
+                    delta = theta - local
+                    kth = -np.sort(-np.abs(delta), axis=1)[:, k - 1:k]
+                    sent = np.where(np.abs(delta) >= kth, delta, 0.0)
+                    ledgers = ledgers + (delta - sent)
+                    theta = theta - sent.mean(axis=0)
+                return theta""")),
+        ("the ledger fixed, but the shops never restart from head office", _src("""
+            def sparseloco_train(targets, k, inner_steps, lr, rounds):
+                shops, n = targets.shape
+                theta, local, ledgers = np.zeros(n), np.zeros((shops, n)), np.zeros((shops, n))
+                for _ in range(rounds):
+                    for _ in range(inner_steps):
+                        local = local - lr * (local - targets)
+                    total = ledgers + (theta - local)
+                    kth = -np.sort(-np.abs(total), axis=1)[:, k - 1:k]
+                    sent = np.where(np.abs(total) >= kth, total, 0.0)
+                    ledgers = total - sent
+                    theta = theta - sent.mean(axis=0)
+                return theta""")),
+        ("the restart fixed, but the ledger never reaches a report", _src("""
+            def sparseloco_train(targets, k, inner_steps, lr, rounds):
+                shops, n = targets.shape
+                theta, ledgers = np.zeros(n), np.zeros((shops, n))
+                for _ in range(rounds):
+                    local = np.tile(theta, (shops, 1))
+                    for _ in range(inner_steps):
+                        local = local - lr * (local - targets)
+                    delta = theta - local
+                    kth = -np.sort(-np.abs(delta), axis=1)[:, k - 1:k]
+                    sent = np.where(np.abs(delta) >= kth, delta, 0.0)
+                    ledgers = ledgers + (delta - sent)
+                    theta = theta - sent.mean(axis=0)
+                return theta""")),
+        ("one ledger shared by all the shops", _src("""
+            def sparseloco_train(targets, k, inner_steps, lr, rounds):
+                shops, n = targets.shape
+                theta, ledger = np.zeros(n), np.zeros(n)
+                for _ in range(rounds):
+                    local = np.tile(theta, (shops, 1))
+                    for _ in range(inner_steps):
+                        local = local - lr * (local - targets)
+                    sent = []
+                    for d in theta - local:
+                        total = ledger + d
+                        t = np.partition(np.abs(total), n - k)[n - k]
+                        s = np.where(np.abs(total) >= t, total, 0.0)
+                        ledger = total - s
+                        sent.append(s)
+                    theta = theta - np.mean(sent, axis=0)
+                return theta""")),
     ],
     "08.4": [
-        ("a plain mean: tokens ignored", _src("""
-            def quorum_mean(reports, tokens, is_open):
-                return np.asarray(reports, dtype=np.float64)[np.asarray(is_open, dtype=bool)].mean(axis=0)""")),
-        ("the closed branches' reports averaged in", _src("""
-            def quorum_mean(reports, tokens, is_open):
+        ("a recovering member's report counted", _src("""
+            def quorum_weights(entry, tokens):
                 t = np.asarray(tokens, dtype=np.float64)
-                return t @ np.asarray(reports, dtype=np.float64) / t.sum()""")),
-        ("divided by every branch's tokens", _src("""
-            def quorum_mean(reports, tokens, is_open):
+                w = np.zeros(t.size)
+                w[entry["members"]] = t[entry["members"]]
+                return w / w.sum()""")),
+        ("every group that trained, member or not", _src("""
+            def quorum_weights(entry, tokens):
                 t = np.asarray(tokens, dtype=np.float64)
-                w = np.where(np.asarray(is_open, dtype=bool), t, 0.0)
-                return w @ np.asarray(reports, dtype=np.float64) / t.sum()""")),
+                w = t.copy()
+                w[entry["recovering"]] = 0.0
+                return w / w.sum()""")),
+        ("members counted equally, tokens ignored", _src("""
+            def quorum_weights(entry, tokens):
+                w = np.zeros(len(tokens))
+                w[entry["members"]] = 1.0
+                w[entry["recovering"]] = 0.0
+                return w / w.sum()""")),
+        ("divided by every group's tokens", _src("""
+            def quorum_weights(entry, tokens):
+                t = np.asarray(tokens, dtype=np.float64)
+                w = np.zeros(t.size)
+                w[entry["members"]] = t[entry["members"]]
+                w[entry["recovering"]] = 0.0
+                return w / t.sum()""")),
+    ],
+    "08.5": [
+        ("behind by every step it missed, not by those since it last took part", _src("""
+            def replica_report(log, group):
+                missed = [e["step"] for e in log if group not in e["members"]]
+                peers = sorted(log[-1]["members"]) if missed else []
+                return {"missed": missed, "behind": len(missed), "peers": peers}""")),
+        ("peers: only the members that were not recovering", _src("""
+            def replica_report(log, group):
+                missed = [e["step"] for e in log if group not in e["members"]]
+                behind = 0
+                for e in reversed(log):
+                    if group in e["members"]:
+                        break
+                    behind += 1
+                last = log[-1]
+                peers = sorted(g for g in last["members"] if g not in last["recovering"]) if behind else []
+                return {"missed": missed, "behind": behind, "peers": peers}""")),
+        ("a group that rejoined as recovering counted as still missing", _src("""
+            def replica_report(log, group):
+                missed = [e["step"] for e in log if group not in e["members"] or group in e["recovering"]]
+                behind = 0
+                for e in reversed(log):
+                    if group in e["members"]:
+                        break
+                    behind += 1
+                return {"missed": missed, "behind": behind, "peers": sorted(log[-1]["members"]) if behind else []}""")),
+        ("peers listed even when nothing is needed", _src("""
+            def replica_report(log, group):
+                missed = [e["step"] for e in log if group not in e["members"]]
+                behind = 0
+                for e in reversed(log):
+                    if group in e["members"]:
+                        break
+                    behind += 1
+                return {"missed": missed, "behind": behind, "peers": [g for g in log[-1]["members"] if g != group]}""")),
+    ],
+    "08.6": [
+        ("every return flagged, recovered or not", _src("""
+            def audit_log(log):
+                stale, lost, holders = [], [], None
+                for e in log:
+                    behind = [] if holders is None else [g for g in e["members"] if g not in holders]
+                    if holders is not None and len(behind) == len(e["members"]):
+                        lost.append(e["step"])
+                    stale += [[e["step"], g] for g in behind]
+                    holders = set(e["members"])
+                return {"stale": stale, "lost": lost}""")),
+        ("behind only if never seen before, not if it missed the step before", _src("""
+            def audit_log(log):
+                stale, lost, seen = [], [], None
+                for e in log:
+                    behind = [] if seen is None else [g for g in e["members"] if g not in seen]
+                    if seen is not None and len(behind) == len(e["members"]):
+                        lost.append(e["step"])
+                    stale += [[e["step"], g] for g in behind if g not in e["recovering"]]
+                    seen = set(e["members"]) | (seen or set())
+                return {"stale": stale, "lost": lost}""")),
+        ("lost when every member is recovering, not when none holds the state", _src("""
+            def audit_log(log):
+                stale, lost, holders = [], [], None
+                for e in log:
+                    behind = [] if holders is None else [g for g in e["members"] if g not in holders]
+                    if e["members"] and set(e["members"]) <= set(e["recovering"]):
+                        lost.append(e["step"])
+                    stale += [[e["step"], g] for g in behind if g not in e["recovering"]]
+                    holders = set(e["members"])
+                return {"stale": stale, "lost": lost}""")),
+        ("a recovering group counted as holding the state before it received it", _src("""
+            def audit_log(log):
+                stale, lost, holders = [], [], None
+                for e in log:
+                    behind = [] if holders is None else [g for g in e["members"] if g not in holders]
+                    if holders is not None and not [g for g in e["members"] if g in holders or g in e["recovering"]]:
+                        lost.append(e["step"])
+                    stale += [[e["step"], g] for g in behind if g not in e["recovering"]]
+                    holders = set(e["members"])
+                return {"stale": stale, "lost": lost}""")),
     ],
 }
 
@@ -953,6 +1296,14 @@ RIGHT = {
                 if carried >= share * total:
                     return k
             return len(squares)"""),
+    "03.6": _src("""
+        def randk(x, k, rng):
+            # importance sampling: a random permutation's first k, each kept value weighted by
+            # 1 / (its chance of being kept), computed by counting over the permutation's law
+            order = np.argsort(rng.random(x.size))[:k]
+            out = np.zeros(x.shape)
+            out[order] = np.asarray(x, np.float64)[order] / (k / x.size)
+            return out"""),
     "04.4": _src("""
         def ef_train(targets, k, lr, steps):
             workers, n = targets.shape
@@ -975,6 +1326,19 @@ RIGHT = {
             chosen = np.abs(v) >= thresholds
             sent = np.where(chosen, v, 0.0)
             return w - lr * sent.mean(axis=0), np.where(chosen, 0.0, u), np.where(chosen, 0.0, v)"""),
+    "04.6": _src("""
+        def ef21_train(targets, k, lr, steps):
+            # shop by shop, and head office's g recomputed as the mean of the estimates: the same
+            # numbers (a real head office cannot see the estimates, but it keeps exactly this)
+            targets = np.asarray(targets, dtype=np.float64)
+            w, est = np.zeros(targets.shape[1]), np.zeros(targets.shape)
+            for _ in range(steps):
+                for i in range(len(targets)):
+                    change = (w - targets[i]) - est[i]
+                    t = np.partition(np.abs(change), change.size - k)[change.size - k]
+                    est[i] = est[i] + np.where(np.abs(change) >= t, change, 0.0)
+                w = w - lr * est.mean(axis=0)
+            return w, est"""),
     "05.6": _src("""
         def qsgd_encode(x, s, u):
             t = torch.as_tensor(x, dtype=torch.float64)
@@ -1008,12 +1372,48 @@ RIGHT = {
                 ends[cap] = float(overlap_timeline(np.array(back), np.array(comm))[-1, 1])
             best = min(sorted(ends), key=lambda c: ends[c])
             return best, ends[best]"""),
-    "08.4": _src("""
-        def quorum_mean(reports, tokens, is_open):
-            total, weight = 0.0, 0
-            for report, t, up in zip(reports, tokens, is_open):
-                if up:                               # a running sum, worker by worker
-                    total = total + t * np.asarray(report, dtype=np.float64)
-                    weight += t
-            return total / weight"""),
+    "08.1": _src("""
+        def check_outer_step(outer_step):
+            # random workers (their average is not theta, almost surely), and two learning rates
+            rng = np.random.default_rng(0)
+            theta, workers = rng.standard_normal(5), rng.standard_normal((4, 5))
+            avg = workers.mean(axis=0)
+            verdicts = set()
+            for lr in (1.0, 0.5):
+                got = np.asarray(outer_step(theta, workers, lr, 0.0), dtype=np.float64)
+                step = theta + lr * (avg - theta)
+                if np.allclose(got, step, rtol=1e-4, atol=1e-4):
+                    verdicts.add("right")
+                elif np.allclose(got, 2 * theta - step, rtol=1e-4, atol=1e-4):
+                    verdicts.add("reversed")
+                else:
+                    verdicts.add("wrong")
+            return verdicts.pop() if len(verdicts) == 1 else "wrong"
+    """),
+    "08.2": _src("""
+        def inner_steps_for(params, workers, compute_s, gbit_per_s, latency_s, bits, share):
+            # count up (doubling, then bisecting) instead of solving for H
+            t = 2 * (workers - 1) * latency_s + 2 * (workers - 1) / workers * params * bits / (gbit_per_s * 1e9)
+            ok = lambda h: h * compute_s / (h * compute_s + t) >= share
+            hi = 1
+            while not ok(hi):
+                hi *= 2
+            lo = hi // 2
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+            return hi"""),
+    "08.6": _src("""
+        def audit_log(log):
+            # step by step, with the previous quorum kept as a list
+            out = {"stale": [], "lost": []}
+            previous = None
+            for e in log:
+                if previous is not None:
+                    behind = sorted(set(e["members"]) - set(previous))
+                    if set(e["members"]) == set(behind):
+                        out["lost"].append(e["step"])
+                    out["stale"].extend([e["step"], g] for g in behind if g not in e["recovering"])
+                previous = list(e["members"])
+            return out"""),
 }

@@ -98,13 +98,16 @@ def test_cases_are_fresh_per_seed_and_fixed_within_one():
 ALTERNATIVES = {
     # float64 arithmetic, reusing an earlier task's function, another rounding path
     "05_quantization": {
-        "05.1": "import numpy as np\n\ndef absmax_quantize(x, bits):\n    L = 2 ** (bits - 1) - 1\n"
-                "    x64 = np.asarray(x, np.float64)\n    m = np.max(np.abs(x64)) if x64.size else 0.0\n"
-                "    if m == 0:\n        return np.zeros(x64.shape, np.int8), 0.0\n    scale = m / L\n"
-                "    return np.clip(np.rint(x64 * (1.0 / scale)), -L, L).astype(np.int8), float(scale)\n",
-        "05.3": "import numpy as np\n\ndef stochastic_quantize(x, scale, u, bits):\n    L = 2 ** (bits - 1) - 1\n"
-                "    y = x.astype(np.float32) / np.float32(scale) + u.astype(np.float32)\n"
-                "    return np.clip(np.floor(y), -L, L).astype(np.int8)\n",
+        "05.1": "import numpy as np\n\ndef absmax_quantize(x, bits, chunk=None):\n    L = 2 ** (bits - 1) - 1\n"
+                "    x64 = np.asarray(x, np.float64).ravel()\n    size = x64.size if chunk is None else chunk\n"
+                "    codes, scales = np.zeros(x64.size, np.int8), []\n"
+                "    for s in range(0, x64.size, size):\n        part = x64[s:s + size]\n"
+                "        m = np.max(np.abs(part))\n        scales.append(m / L)\n"
+                "        if m > 0:\n            codes[s:s + size] = np.clip(np.rint(part * (L / m)), -L, L)\n"
+                "    return codes.reshape(np.shape(x)), np.array(scales, np.float32)\n",
+        "05.3": "import math\n\ndef small_push(delta, scale, nights):\n    y = delta / scale\n"
+                "    f = y - math.floor(y)\n    near = math.floor(y + 0.5)\n"
+                "    return nights * near * scale, delta * nights, math.sqrt(nights * f * (1 - f)) * scale\n",
     },
     "04_error_feedback": {
         "04.2": "import numpy as np\n\ndef ef_run(grads, k):\n    residual = np.zeros_like(grads[0])\n"
@@ -141,10 +144,10 @@ def test_check_command_speaks_of_public_tests_only():
                                     capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     todo = run("03_topk.ipynb")
     assert todo.returncode == 1
-    assert "not implemented yet" in todo.stdout and "Public tests passed for 0 of 5 tasks" in todo.stdout
+    assert "not implemented yet" in todo.stdout and "Public tests passed for 0 of 6 tasks" in todo.stdout
     done = run(str(SOLUTIONS / "03_topk.ipynb"))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "Public tests passed: 10/10" in done.stdout and "hidden tests" in done.stdout
+    assert "Public tests passed: 13/13" in done.stdout and "hidden tests" in done.stdout
     assert "all tests passed" not in done.stdout.lower()
     missing = run("nope.ipynb")
     assert missing.returncode == 2 and "there is no notebook nope.ipynb" in missing.stderr
@@ -180,9 +183,14 @@ def test_exercise_encodings_match_the_library():
         np.testing.assert_array_equal(eng["delta_decode"](lib.numpy()), idx)
     q = reference("05_quantization")
     x = rng.standard_normal(5000).astype(np.float32)
-    quant = milktea.Quantize(bits=8, chunk=None)
-    mine = q["dequantize"](*q["absmax_quantize"](x, 8))
-    np.testing.assert_allclose(mine, quant.decompress(quant.compress(torch.as_tensor(x))).numpy(), rtol=1e-5, atol=1e-7)
+    x[1000:2024] = 0.0                                   # a chunk of zeros, as blank pixels give
+    x[3000] = -40.0                                      # a chunk whose largest magnitude is negative
+    for bits, chunk in ((8, None), (8, 1024), (4, 256), (2, 1000)):
+        codes, scales = q["absmax_quantize"](x, bits, chunk)
+        mine = codes.astype(np.float32) * np.repeat(scales, x.size if chunk is None else chunk)[:x.size]
+        quant = milktea.Quantize(bits=bits, chunk=chunk)
+        np.testing.assert_allclose(mine, quant.decompress(quant.compress(torch.as_tensor(x))).numpy(),
+                                   rtol=1e-5, atol=1e-7)
     topk = reference("03_topk")
     sparse = milktea.TopK(k=50).decompress(milktea.TopK(k=50).compress(torch.as_tensor(x))).numpy()
     np.testing.assert_array_equal(topk["topk_sparsify"](x, 50), sparse)
