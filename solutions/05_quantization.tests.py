@@ -133,7 +133,8 @@ def _push_cases(rng, ref, hidden=False):
     while len(rand) < 4:
         scale, nights = float(10 ** rng.uniform(-4, 0)), int(rng.integers(1, 10_000))
         steps = float(rng.uniform(-5, 5))
-        if abs(steps - np.floor(steps) - 0.5) > 1e-3:          # never halfway between two grid points
+        # never halfway between two grid points, and no -0.0 from rounding a small negative push
+        if abs(steps - np.floor(steps) - 0.5) > 1e-3 and not -0.5 < steps < 0:
             rand.append(Case(N_("random push, step and nights"), (steps * scale, scale, nights)))
     return fixed + rand
 

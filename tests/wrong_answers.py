@@ -1339,6 +1339,27 @@ RIGHT = {
                     est[i] = est[i] + np.where(np.abs(change) >= t, change, 0.0)
                 w = w - lr * est.mean(axis=0)
             return w, est"""),
+    "05.2": _src("""
+        def best_chunk(x, bits, chunks, max_error):
+            # chunk by chunk, the squared error added up; the candidates tried from the fewest bytes
+            flat = np.asarray(x, np.float64).ravel()
+            size_of = lambda c: (flat.size * bits + 7) // 8 + 4 * len(range(0, flat.size, c))
+            for chunk in sorted(chunks, key=size_of):
+                codes, scales = absmax_quantize(x, bits, chunk)
+                codes, squared = codes.ravel(), 0.0
+                for j, s in enumerate(range(0, flat.size, chunk)):
+                    squared += float(np.sum((codes[s:s + chunk] * np.float64(scales[j]) - flat[s:s + chunk]) ** 2))
+                if np.sqrt(squared) <= max_error * np.linalg.norm(flat):
+                    return chunk, size_of(chunk)"""),
+    "05.3": _src("""
+        def small_push(delta, scale, nights):
+            # the distribution of one night, then a sum of independent nights
+            low = np.floor(delta / scale) * scale
+            p_up = (delta - low) / scale
+            mean_one = low + p_up * scale
+            var_one = p_up * (scale - (delta - low)) * scale
+            nearest = low + scale if delta - low > scale / 2 else low
+            return nights * nearest, nights * mean_one, np.sqrt(nights * var_one)"""),
     "05.6": _src("""
         def qsgd_encode(x, s, u):
             t = torch.as_tensor(x, dtype=torch.float64)
@@ -1403,6 +1424,13 @@ RIGHT = {
                 mid = (lo + hi) // 2
                 lo, hi = (lo, mid) if ok(mid) else (mid, hi)
             return hi"""),
+    "08.5": _src("""
+        def replica_report(log, group):
+            # the last step it took part in, found by its index
+            last = max((i for i, e in enumerate(log) if group in e["members"]), default=-1)
+            behind = len(log) - 1 - last
+            return {"missed": [e["step"] for e in log if group not in e["members"]], "behind": behind,
+                    "peers": list(log[-1]["members"]) if behind else []}"""),
     "08.6": _src("""
         def audit_log(log):
             # step by step, with the previous quorum kept as a list
