@@ -108,7 +108,7 @@ def _randk_cases(rng, ref, hidden=False):
 
 
 def _randk_compare(expected, got, args):
-    x, k = np.asarray(args[0], np.float64), int(args[1])
+    k = int(args[1])
     if not isinstance(got, (list, tuple)) or len(got) != 3:
         return _("the draws could not be read: {v}").format(v=show(got))
     most, ratio, dof = got
