@@ -314,9 +314,23 @@ def _report(name):
     return fig
 
 
+def _ft(name):
+    from milktea.local.ft.log import FTResult
+    from milktea.plots import ft as p
+    log = [{"step": s, "quorum": s, "members": [0, 1] if 3 <= s < 6 else [0, 1, 2],
+            "recovering": [2] if s == 6 else [], "heard": [0, 1], "committed": s != 4, "time": 2.0 * s}
+           for s in range(9)]
+    loss = {g: [(0.2 * i, i, 3.0 - 0.01 * i) for i in range(60)] for g in (0, 1)}
+    loss[2] = [(0.2 * i, i, 3.0 - 0.01 * i) for i in range(30)] + [(12 + 0.2 * i, i, 2.8) for i in range(20)]
+    kills = [{"killed": 6.5, "restarted": 9.0, "rejoined": 12.0}]
+    fig = _fig()
+    p.quorum_timeline(FTResult("topk", "", 20.0, quorum_log=log, kills=kills, loss=loss), fig)
+    return fig
+
+
 DRAW = {"bottleneck": _bottleneck, "compression": _compression, "topk": _topk, "ledger": _ledger,
         "quantization": _quantization, "engineering": _engineering, "lowrank": _lowrank, "dashboard": _dashboard,
-        "local": _local, "training": _training}
+        "local": _local, "training": _training, "ft": _ft}
 NOT_PLOTS = {"training.metric_name"}   # public functions of milktea.plots that draw nothing
 
 
