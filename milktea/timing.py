@@ -70,16 +70,63 @@ def time_it(fn: Callable[[], object], repeat: int = 5, warmup: int = 1,
     return times
 
 
-def codec_seconds(compressor, numel: int, repeats: int = 5, seed: int = 0) -> float:
-    """Median seconds to compress and decompress a random `numel`-entry gradient here.
+def time_together(fns: dict, repeat: int = 7, warmup: int = 2) -> dict:
+    """{name: [seconds of each of `repeat` calls]} for several functions timed side by side:
+    each first called `warmup` times untimed (JIT, allocations, caches: a first call can take
+    several times a warm one), then called in rounds, one call of each per round, the order
+    turning by one each round. A change of load on the machine then falls on all of them
+    alike, instead of on whichever happened to be timed last, and none is always timed right
+    after the same neighbour.
 
-    >>> from milktea import TopK
-    >>> codec_seconds(TopK(0.01), 10_000, repeats=3) > 0
-    True
+    >>> t = time_together({"sum": lambda: sum(range(1000)), "max": lambda: max(range(1000))}, repeat=3)
+    >>> sorted(t), [len(v) for v in t.values()]
+    (['max', 'sum'], [3, 3])
+    """
+    if not fns:
+        raise ValueError("time_together needs at least one function to time")
+    for name, v, low in (("repeat", repeat, 1), ("warmup", warmup, 0)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+        if v < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {v}")
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    times = {name: [] for name in names}
+    for r in range(repeat):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            t0 = time.perf_counter()
+            fns[name]()
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def codec_times(compressors: dict, numel: int, repeats: int = 7, warmup: int = 2, seed: int = 0) -> dict:
+    """{name: [seconds to compress and decompress a random `numel`-entry gradient, per
+    repeat]} for several compressors timed side by side (`time_together`: warmed up first,
+    then in turns). Take the median for a codec's time and the spread for its noise.
+
+    >>> from milktea import Quantize
+    >>> t = codec_times({"int8": Quantize(8), "int4": Quantize(4)}, 10_000, repeats=3)
+    >>> [len(v) for v in t.values()]
+    [3, 3]
     """
     import torch
 
     from .checks import check_positive_int
     check_positive_int(numel, "numel")
     x = torch.randn(numel, generator=torch.Generator().manual_seed(seed))
-    return median(time_it(lambda: compressor.decompress(compressor.compress(x)), repeat=repeats))
+    return time_together({name: (lambda c=c: c.decompress(c.compress(x))) for name, c in compressors.items()},
+                         repeat=repeats, warmup=warmup)
+
+
+def codec_seconds(compressor, numel: int, repeats: int = 5, seed: int = 0) -> float:
+    """Median seconds to compress and decompress a random `numel`-entry gradient here,
+    after two untimed warm-up calls.
+
+    >>> from milktea import TopK
+    >>> codec_seconds(TopK(0.01), 10_000, repeats=3) > 0
+    True
+    """
+    return median(codec_times({"codec": compressor}, numel, repeats, seed=seed)["codec"])

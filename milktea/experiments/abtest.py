@@ -6,6 +6,10 @@ misses, and where compression stops paying, all said from the run's own numbers 
     ab = compare(["dense", "torch-bf16", "int8"], workers=2, link_gbit=1.0, steps=20)
     show(speedup_rows(ab))          # step ms, speedup over fp32 and over bf16, noise
     Markdown(ab_verdict(ab))        # the fastest scheme against dense, within the run's noise
+    show(crossing_rows(ab, gbits))  # where each scheme pays as the link changes, CPU and GPU codecs
+
+Step time is not the point of training: `milktea.experiments.time_to_target` compares the
+same runs by the time each takes to reach a target loss.
 """
 from __future__ import annotations
 
@@ -18,7 +22,12 @@ from ..timing import median
 from . import verdicts
 
 BF16 = ("torch-bf16", "bf16")
-COLUMNS = (N_("vs fp32"), N_("vs bf16"), N_("noise"), N_("step ms"))   # table columns, for the catalog        # the schemes that count as the bf16 baseline, first found wins
+COLUMNS = (N_("vs fp32"), N_("vs bf16"), N_("noise"), N_("step ms"))   # table columns, for the catalog
+#: crossing_rows' columns: against which baseline, with which codec times
+CROSSING_COLUMNS = {("fp32", "here"): N_("vs fp32, codecs as timed here"),
+                    ("fp32", "gpu"): N_("vs fp32, GPU codecs (assumed)"),
+                    ("bf16", "here"): N_("vs bf16, codecs as timed here"),
+                    ("bf16", "gpu"): N_("vs bf16, GPU codecs (assumed)")}
 
 
 def _ok(comparison) -> list[dict]:
@@ -83,6 +92,11 @@ def ab_verdict(comparison, plot_note: bool = True) -> str:
         text += " " + _("The shortest step: {said}.").format(
             said=verdicts.compare_speed(word(best["label"]), best["step_ms"], word(dense["label"]), dense["step_ms"],
                                          noise(best)))
+        behind = verdicts.gap(best.get("accuracy"), dense.get("accuracy"), _("dense"), 0.02)
+        if behind.kind in ("behind", "nan"):
+            text += " " + _("But it ends {gap} after {steps} steps: a short step is worth only the loss it buys, "
+                            "which the time to a target loss measures.").format(
+                gap=behind, steps=comparison.config["steps"])
         if bf is not None:
             text += " " + _("Against bf16: {said}.").format(
                 said=verdicts.compare_speed(word(best["label"]), best["step_ms"], word(bf["label"]), bf["step_ms"],
@@ -160,19 +174,18 @@ def behind_dense(comparison, points: float = 5.0) -> str:
         points=points, steps=comparison.config["steps"], names=names))
 
 
-def crossing_lines(gbits, curves: dict) -> list[str]:
-    """For each re-priced curve: where compression stops paying, in words."""
-    from ..distributed.reprice import crossing
+def crossing_lines(gbits, curves: dict, noise: dict | None = None) -> list[str]:
+    """For each re-priced curve: where it pays, in words (`breakeven.where_it_pays`), with
+    `noise[label]` (relative) as the band within which it is level with the baseline."""
+    from .breakeven import where_it_pays
     out = []
     names = {k: word(k) for k in curves if k != "gbit"}
     width = max((display_width(v) for v in names.values()), default=0)
     for label, speedups in curves.items():
         if label == "gbit":
             continue
-        b = crossing(gbits, speedups)
-        where = (_("pays on every link tried") if b == math.inf else
-                 _("never pays here") if b == 0 else _("stops paying above {b:.2g} Gbit/s").format(b=b))
-        out.append(pad(names[label], width) + "  " + where)
+        said = where_it_pays(gbits, speedups, (noise or {}).get(label, 0.0))
+        out.append(pad(names[label], width) + "  " + said)
     return out
 
 
@@ -227,14 +240,51 @@ def table_rows(comparison) -> list[dict]:
     return rows
 
 
-def crossing_report(comparison, gbits, curves: dict | None = None) -> str:
-    """Where each scheme stops paying as the link gets faster, against the fp32 all-reduce
-    and, where a bf16 run finished, against the bf16 all-reduce (re-priced curves)."""
-    from ..distributed.reprice import reprice
-    curves = reprice(comparison, gbits) if curves is None else curves
-    lines = [_("Against the fp32 all-reduce:")] + ["  " + line for line in crossing_lines(gbits, curves)]
-    bf = bf16_row(comparison)
+def crossing_rows(comparison, gbits, mem_gbps: float = 2000.0) -> list[dict]:
+    """Where each scheme pays as only the link changes (`reprice`), against the fp32
+    all-reduce and, where a bf16 run finished, against the bf16 all-reduce; each twice: with
+    the codec times measured in the run (on this machine), and with the codecs a GPU would
+    run if they streamed at `mem_gbps` GB/s of memory bandwidth (`reprice.gpu_codecs`, an
+    assumption). A curve within the run's noise of its baseline (the noise of both schemes'
+    steps) is said to be level with it."""
+    from ..distributed.reprice import gpu_codecs, reprice
+    from .breakeven import where_it_pays
+    rows = _ok(comparison)
+    bases = [("fp32", rows[0]["label"])]
+    bf = bf16_row(comparison, rows)
     if bf is not None:
-        against = reprice(comparison, gbits, baseline=bf["label"])
-        lines += ["", _("Against the bf16 all-reduce:")] + ["  " + line for line in crossing_lines(gbits, against)]
-    return "\n".join(lines)
+        bases.append(("bf16", bf["label"]))
+    out = {r["label"]: {"scheme": r["label"]} for r in rows}
+    for base, base_label in bases:
+        for codecs, codec in (("here", None), ("gpu", gpu_codecs(comparison, mem_gbps))):
+            curves = reprice(comparison, gbits, baseline=base_label, codec=codec)
+            column = CROSSING_COLUMNS[(base, codecs)]
+            out[base_label][column] = "—"
+            for label, speedups in curves.items():
+                if label != "gbit" and label in out:
+                    noise = max(step_noise(comparison, label), step_noise(comparison, base_label))
+                    out[label][column] = str(where_it_pays(gbits, speedups, noise))
+    return list(out.values())
+
+
+def crossing_note(comparison, mem_gbps: float = 2000.0) -> str:
+    """What the crossings rest on, beside them: the codec times were measured on this
+    machine's CPU (the bf16 baseline's cast named with its time), what a GPU at `mem_gbps`
+    GB/s would take for the same bytes (an assumption), and the schemes whose codec the GPU
+    columns could not model (their measured codec is kept there)."""
+    from ..distributed.reprice import gpu_codecs
+    gpu = gpu_codecs(comparison, mem_gbps)
+    rows = _ok(comparison)
+    bf = bf16_row(comparison, rows)
+    text = _("Every crossing above rests on codec times measured on this machine's CPU, which a GPU does not share.")
+    if bf is not None and bf["label"] in gpu:
+        text += " " + _("bf16's cast, for instance, took {cpu:.1f} ms per step here; a GPU that streams the same "
+                        "bytes at an assumed {gbps:g} GB/s of memory bandwidth would take {gpu:.3f} ms.").format(
+            cpu=bf["codec_ms"], gbps=mem_gbps, gpu=1e3 * gpu[bf["label"]])
+    text += " " + _("The GPU columns re-price each run with such codec times: an assumption (kernels that stream at "
+                    "the memory's bandwidth; an exact Top-K selects, and runs slower), not a measurement.")
+    kept = [word(r["label"]) for r in rows if r["label"] not in gpu and r.get("codec_ms", 0) > 0]
+    if kept:
+        text += " " + _("No GPU model for {names}: their measured codec stays in those columns.").format(
+            names=joined(kept))
+    return verdicts.tidy(text)

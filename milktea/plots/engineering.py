@@ -111,15 +111,17 @@ def accumulation(runs, time_rows, fig=None):
     return fig
 
 
-def speedup(curves, breakeven: dict | None = None, ax=None):
-    """Speedup over dense against link bandwidth; below 1 compression costs time."""
+def speedup(curves, crossings: dict | None = None, ax=None):
+    """Speedup over dense against link bandwidth; below 1 compression costs time. `crossings`:
+    {name: [milktea.crossings.Crossing, ...]} (reprice.crossings of each curve), each marked
+    by a dotted line in the curve's colour, whichever way the curve passes 1."""
     ax = _ax(ax, (6.5, 3.8))
     for name, ys in curves.items():
         if name == "gbit":
             continue
         line, = ax.loglog(curves["gbit"], ys, label=word(name))
-        if breakeven and np.isfinite(breakeven.get(name, np.inf)) and breakeven[name] > 0:
-            ax.axvline(breakeven[name], color=line.get_color(), ls=":", lw=1)
+        for c in (crossings or {}).get(name, ()):
+            ax.axvline(c.at, color=line.get_color(), ls=":", lw=1)
     ax.axhline(1.0, color="k", lw=1)
     ax.fill_between(curves["gbit"], 1e-3, 1.0, color="tab:red", alpha=0.06)
     lo = min(min(v) for k, v in curves.items() if k != "gbit")
@@ -188,4 +190,28 @@ def protocols_by_workers(rows, ax=None):
     ax.set_xlabel(_("workers N"))
     ax.set_ylabel(_("MB per worker per step"))
     ax.legend(fontsize="small")
+    return ax
+
+
+def loss_to_target(comparison, tt: dict, ax=None):
+    """Each scheme's smoothed training loss against time (its steps × its median step), the
+    target loss as a line, and a dot where each scheme reaches it (`time_to_target`)."""
+    from ..experiments.time_to_target import smoothed
+    ax = _ax(ax, (7, 3.8))
+    reached = {r["scheme"]: r for r in tt["rows"]}
+    for res in comparison.results:
+        if res.get("label") not in reached:
+            continue
+        r = reached[res["label"]]
+        loss = smoothed([x["loss"] for x in res["records"]], tt["window"])
+        t = [(i + 1) * r["step ms"] / 1e3 for i in range(len(loss))]
+        line, = ax.plot(t, loss, label=word(res["label"]), lw=2.2 if res["label"] == tt["baseline"] else 1.2)
+        if r["steps to target"]:
+            ax.plot(r["time to target s"], loss[r["steps to target"] - 1], "o", color=line.get_color())
+    ax.axhline(tt["target"], color="k", ls="--", lw=1, label=_("target loss"))
+    ax.set_yscale("log")
+    ax.set_xlabel(_("seconds (steps × the median step)"))
+    ax.set_ylabel(_("training loss ({w}-step mean)").format(w=tt["window"]))
+    ax.set_title(_("time to the target loss"), fontsize=10)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
     return ax

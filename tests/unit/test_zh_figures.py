@@ -232,11 +232,16 @@ def _engineering(name):
     elif name == "speedup":
         labels = [r["label"] for r in _scheme_results()]   # reprice's keys: compare()'s labels
         curves = {"gbit": [0.1, 1.0, 10.0, 100.0], **{k: [4.0 / (1 + i), 2.0, 1.0, 0.5] for i, k in enumerate(labels)}}
-        p.speedup(curves, {k: 10.0 for k in labels}, fig.subplots())
+        from milktea.distributed.reprice import crossings
+        p.speedup(curves, {k: crossings(curves["gbit"], v) for k, v in curves.items() if k != "gbit"}, fig.subplots())
     elif name == "ab_step_times":
         p.ab_step_times(_comparison(i18n.language()), fig.subplots())
     elif name == "ab_accuracy":
         p.ab_accuracy(_comparison(i18n.language()), fig.subplots())
+    elif name == "loss_to_target":
+        from milktea.experiments.time_to_target import time_to_target
+        comp = _comparison(i18n.language())
+        p.loss_to_target(comp, time_to_target(comp), fig.subplots())
     elif name == "protocols_by_workers":
         p.protocols_by_workers(breakeven.protocols_by_workers(124e6, 80.0, link, workers=(2, 8, 32))[0], fig.subplots())
     return fig
