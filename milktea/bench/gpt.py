@@ -29,7 +29,7 @@ def run(workers: int = 8, steps: int = 30, batch: int = 4, lr: float = 0.1, mome
     stats = gradient_stats(task, workers=workers, batch=batch, rank=rank, warmup_steps=warmup, seed=seed)
     for r in rows:
         h = r.pop("history")
-        r["ms per step"] = 1e3 * r["wall s"] / max(1, h.steps)
+        r["ms per step"] = 1e3 * h.wall_time / max(1, h.steps)
         r["loss curve"] = dict(zip(h.eval_steps, h.evals["loss"]))
     return dict(torch=torch.__version__, threads=torch.get_num_threads(), task=repr(task), corpus=repr(task.corpus),
                 workers=workers, steps=steps, batch=batch, lr=lr, warmup=warmup, momentum=momentum, start=start, runs=rows,

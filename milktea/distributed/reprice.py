@@ -18,7 +18,6 @@ or rise through it (the baseline's own costs start to dominate).
 """
 from __future__ import annotations
 
-import math
 
 from milktea import cost
 from milktea.crossings import Crossing, crossings  # noqa: F401  (reprice.crossings: where a curve passes 1)

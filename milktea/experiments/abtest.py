@@ -13,7 +13,6 @@ same runs by the time each takes to reach a target loss.
 """
 from __future__ import annotations
 
-import math
 
 from .. import cost
 from ..i18n import N_, _

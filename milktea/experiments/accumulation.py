@@ -60,3 +60,21 @@ def accuracy_sentence(runs: list, noise_points: float = 1.0) -> str:
     text = _("After the same samples, exchanging every micro-batch reaches {acc:.1%}; {parts}.").format(
         acc=first.accuracy, parts=_("; ").join(parts))
     return verdicts.tidy(text)
+
+
+def time_sentence(rows: list[dict]) -> str:
+    """`accumulation_time`'s rows in words: the time per micro-batch and the link's share of
+    it, exchanging every micro-batch against the largest accumulation priced.
+
+    >>> print(time_sentence(accumulation_time(0.05, 0.2, [1, 8])))
+    Exchanging every 8 micro-batches instead of every one: 75 ms per micro-batch instead of 250 ms (3.33x faster), and the link's share of the time falls from 80% to 33%.
+    """
+    from ..i18n import _
+    from . import verdicts
+    one, last = rows[0], rows[-1]
+    return verdicts.tidy(_("Exchanging every {a} micro-batches instead of every one: {t:.0f} ms per micro-batch instead "
+                           "of {t1:.0f} ms ({said}), and the link's share of the time falls from {s1:.0%} to "
+                           "{s:.0%}.").format(a=last["accumulate"], t=1e3 * last["s per micro-batch"],
+                                              t1=1e3 * one["s per micro-batch"],
+                                              said=verdicts.speed(last["s per micro-batch"], one["s per micro-batch"]),
+                                              s1=one["comm share"], s=last["comm share"]))

@@ -116,11 +116,15 @@ def live_run(names, on_record=None, config=None, *, workers: int = 2, interleave
                    on_message=on_record, timeout=timeout, **settings)
 
 
-def evaluation(comparison) -> list[dict]:
+def evaluation(comparison, tt: dict | None = None) -> list[dict]:
     """The multi-scheme table: speed (over fp32 and, where a bf16 run finished, over bf16),
-    bytes, accuracy and what each scheme asks of you."""
+    time to the target loss (`time_to_target`, against bf16 where it ran), bytes, accuracy
+    and what each scheme asks of you."""
     from .abtest import bf16_row
+    from .time_to_target import time_to_target
     bf = bf16_row(comparison)
+    tt = time_to_target(comparison) if tt is None else tt
+    to_target = {r["scheme"]: r for r in tt["rows"]}
     rows = []
     for r in comparison.rows:
         if "error" in r:
@@ -130,26 +134,36 @@ def evaluation(comparison) -> list[dict]:
         row = {"scheme": r["label"], "step ms": r["step_ms"], "speedup": r.get("speedup", float("nan"))}
         if bf is not None:
             row["vs bf16"] = bf["step_ms"] / r["step_ms"]
+        t = to_target.get(r["label"])
+        row["time to target s"] = t["time to target s"] if t and t["steps to target"] else "—"
         row.update({"MB per step": r["payload_mb"], "R": r["ratio"], "test accuracy": r["accuracy"],
                     "complexity": score, "needs": needs})
         rows.append(row)
     return rows
 
 
-def repriced(comparison, gbit: float, latency: float | None = None, keep_residual: bool = True) -> list[dict]:
+def repriced(comparison, gbit: float, latency: float | None = None, keep_residual: bool = True,
+             codec: dict | None = None, tt: dict | None = None) -> list[dict]:
     """Each scheme's step time and throughput if the same run had a `gbit` link
-    (`milktea.distributed.reprice.repriced_times`, which this only tabulates)."""
+    (`milktea.distributed.reprice.repriced_times`, which this only tabulates; `codec`: codec
+    seconds per step to use instead of the measured ones, e.g. `reprice.gpu_codecs`). With
+    `tt` (a `time_to_target` result) also each scheme's time to the target at that link:
+    its steps to the target times its re-priced step."""
     from ..distributed.reprice import repriced_times
     latency = comparison.model_link.latency if latency is None else latency
-    times = repriced_times(comparison, cost.Link.gbit(gbit, latency), keep_residual)
+    times = repriced_times(comparison, cost.Link.gbit(gbit, latency), keep_residual, codec)
     batch = comparison.config["batch"] * comparison.workers
     rows = [{"scheme": label, "step ms": 1e3 * t, "samples/s": batch / t} for label, t in times.items()]
     dense = next((r["step ms"] for r in rows if r["scheme"].startswith("dense")), None)
     bf = next((r["step ms"] for r in rows if "bf16" in r["scheme"]), None)
+    steps = {r["scheme"]: r["steps to target"] for r in (tt or {}).get("rows", [])}
     for r in rows:
         r["speedup"] = dense / r["step ms"] if dense else float("nan")
         if bf is not None:
             r["vs bf16"] = bf / r["step ms"]
+        if tt is not None:
+            n = steps.get(r["scheme"])
+            r["time to target s"] = n * r["step ms"] / 1e3 if n else float("nan")
     return rows
 
 
@@ -157,12 +171,14 @@ STAGES = ("compute", "compress", "encode", "communicate", "decode", "update")
 STAGE_NAMES = (N_("compute"), N_("compress"), N_("encode"), N_("communicate"), N_("decode"), N_("update"))
 
 
-def stage_times(comparison, scheme: str, compressor=None, repeats: int = 3) -> list[dict]:
-    """One step of `scheme` through the six stages. compute/communicate/update come from the
-    real run (its compute profile; its mean time inside collectives); compress, encode and
-    decode are timed here in this process on a gradient of the model's size with
-    `compressor` (None: a dense step, which has no codec stages)."""
-    from ..packet import Packet
+def stage_times(comparison, scheme: str, compressor=None, repeats: int = 5) -> list[dict]:
+    """One step of `scheme` through the six stages, from the real run where it measured them:
+    compute and update (its compute profile), communicate (its mean time inside collectives),
+    compress and decode (its mean codec times, the slowest rank's: what the A/B table calls
+    codec ms). Encoding a packet into bytes happens inside the run's compress; its share is
+    timed here, in this process, on a gradient of the model's size with `compressor` (warm,
+    the median of `repeats`), and taken out of compress. None: a dense step, no codec stages."""
+    from ..packet import Packet  # noqa: F401  (the packet's bytes: Packet.to_tensor)
     res = next((r for r in comparison.results if r.get("scheme") == scheme and "records" in r), None)
     if res is None:
         raise ValueError(f"no finished run of {scheme!r} in this comparison")
@@ -178,14 +194,33 @@ def stage_times(comparison, scheme: str, compressor=None, repeats: int = 3) -> l
         stages.update(compress=(0.0, dense_bytes), encode=(0.0, dense_bytes), decode=(0.0, dense_bytes))
     else:
         x = torch.randn(numel, generator=torch.Generator().manual_seed(0))
-        med = {"compress": median(time_it(lambda: compressor.compress(x), repeat=repeats))}
         p = compressor.compress(x)
         data = p.to_tensor()
-        med["encode"] = median(time_it(p.to_tensor, repeat=repeats))
-        med["decode"] = median(time_it(lambda: compressor.decompress(Packet.from_tensor(data)), repeat=repeats))
-        stages.update(compress=(med["compress"], p.payload_nbytes), encode=(med["encode"], data.numel()),
-                      decode=(med["decode"] * comparison.workers, dense_bytes))
+        encode = min(median(time_it(p.to_tensor, repeat=repeats, warmup=2)), mean("compress_s"))
+        stages.update(compress=(mean("compress_s") - encode, p.payload_nbytes), encode=(encode, data.numel()),
+                      decode=(mean("decode_s"), dense_bytes))
     return [{"stage": s, "seconds": stages[s][0], "bytes": stages[s][1]} for s in STAGES]
+
+
+def stage_sentence(comparison, scheme: str, stages: list[dict]) -> str:
+    """The stages beside the run's measured step: their sum against the median step the A/B
+    table reports, and what the difference is (waiting and the hook's own work where the
+    step is longer; overlap where it is shorter)."""
+    from . import verdicts
+    row = next(r for r in comparison.rows if r.get("scheme") == scheme and "step_ms" in r)
+    total = 1e3 * sum(s["seconds"] for s in stages)
+    step = row["step_ms"]
+    text = _("{name}: the six stages add up to {total:.1f} ms; the run's median step took {step:.1f} ms.").format(
+        name=word(row["label"]), total=total, step=step)
+    if step > total * 1.02:
+        text += " " + _("The other {d:.1f} ms are in no stage: waiting for the slower rank, the hook's own Python, "
+                        "the launch of each collective.").format(d=step - total)
+    elif step < total * 0.98:
+        text += " " + _("The step is {d:.1f} ms shorter than its stages added up: communication overlapped the "
+                        "backward pass.").format(d=total - step)
+    else:
+        text += " " + _("The stages account for the whole step.")
+    return verdicts.tidy(text)
 
 
 def loss_trends(comparison, window: int = 3) -> list[dict]:
@@ -238,13 +273,16 @@ def loss_trend_sentence(comparison) -> str:
     return verdicts.tidy(text)
 
 
-def evaluation_sentence(comparison, table: list[dict] | None = None) -> str:
+def evaluation_sentence(comparison, table: list[dict] | None = None, tt: dict | None = None) -> str:
     """The evaluation table in words: the shortest step against dense and against bf16
-    (faster, slower or no measurable difference within the steps' noise), and each scheme's
+    (faster, slower or no measurable difference within the steps' noise, and how far behind
+    dense it ends), each scheme's time to the target loss against bf16's, and each scheme's
     accuracy against dense after these few steps."""
     from . import abtest, verdicts
-    table = evaluation(comparison) if table is None else table
-    text = abtest.ab_verdict(comparison, plot_note=False)
+    from .time_to_target import sentence, time_to_target
+    tt = time_to_target(comparison) if tt is None else tt
+    table = evaluation(comparison, tt) if table is None else table
+    text = abtest.ab_verdict(comparison, plot_note=False) + " " + sentence(tt)
     dense = table[0]
     gaps = [_("{scheme} {gap}").format(scheme=word(r["scheme"]), gap=verdicts.gap(r.get("test accuracy"),
                                                                              dense["test accuracy"], _("dense"), 0.02))

@@ -129,12 +129,24 @@ def power_step(m: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     return p, _matrix(m).t() @ p
 
 
-def step_cost(shapes, workers: int, link: cost.Link, rank: int, repeats: int = 5) -> dict:
+#: bytes a fused PowerSGD step moves per gradient element on a memory-bound device: X = M + e
+#: (read 8, write 4), P = X Q and Q = X^T P (read X twice), e = X - P Q^T (read 4, write 4)
+POWERSGD_BYTES_PER_ELEMENT = 28
+
+
+def step_cost(shapes, workers: int, link: cost.Link, rank: int, repeats: int = 3, gpu_gbps: float = 2000.0,
+              sample: tuple = (1024, 4096)) -> dict:
     """Price one PowerSGD exchange against a dense ring all-reduce of the same matrices.
 
     PowerSGD issues two all-reduces one after the other (P, then Q: Q needs the summed,
-    orthonormalised P), so it pays the ring's latency 2(N-1)alpha twice; the orthonormalisation
-    (a QR of each m x r matrix P) is timed on this machine.
+    orthonormalised P), so it pays the ring's latency 2(N-1)alpha twice. Around them every
+    worker computes: the gradient plus its ledger, X = M + e; the products P = X Q and
+    Q = X^T P (m·n·r each); the orthonormalisation of P (a QR of each m x r matrix); and the
+    new ledger e = X - P Q^T. On this machine the orthonormalisations are timed as they are,
+    and the rest on one `sample`-shaped matrix (warm, the fastest of `repeats`), scaled by
+    the elements (every part is linear in m·n at a fixed rank). On a GPU, priced at `gpu_gbps`
+    GB/s of memory bandwidth (POWERSGD_BYTES_PER_ELEMENT per element, an assumption: the
+    products at rank 4 are memory-bound there).
     """
     shapes = [tuple(s) for s in shapes]
     dense_bytes = sum(4 * m * n for m, n in shapes)
@@ -143,11 +155,25 @@ def step_cost(shapes, workers: int, link: cost.Link, rank: int, repeats: int = 5
     t_p = cost.ring_allreduce_time(p_bytes, workers, link)
     t_q = cost.ring_allreduce_time(q_bytes, workers, link)
     ps = [torch.randn(m, min(rank, m, n)) for m, n in shapes]
-    best = min(time_it(lambda: [orthonormalize(p) for p in ps], repeat=repeats, warmup=0))
+    ortho = min(time_it(lambda: [orthonormalize(p) for p in ps], repeat=repeats, warmup=1))
+    g = torch.Generator().manual_seed(0)
+    mat, led = torch.randn(*sample, generator=g), torch.randn(*sample, generator=g)
+    q0 = torch.randn(sample[1], rank, generator=g)
+
+    def arithmetic():
+        x = mat + led
+        p = x @ q0                      # (its orthonormalisation is timed above)
+        q = x.t() @ p
+        torch.sub(x, p @ q.t(), out=led)
+    sample_s = min(time_it(arithmetic, repeat=repeats, warmup=1))
+    elements = sum(m * n for m, n in shapes)
+    cpu = sample_s * elements / (sample[0] * sample[1])
+    gpu = POWERSGD_BYTES_PER_ELEMENT * elements / (gpu_gbps * 1e9)
     return {"dense bytes": dense_bytes, "PowerSGD bytes": p_bytes + q_bytes,
             "R": dense_bytes / (p_bytes + q_bytes), "dense all-reduce s": cost.ring_allreduce_time(dense_bytes, workers, link),
-            "all-reduce of P s": t_p, "all-reduce of Q s": t_q, "orthonormalise s (this machine)": best,
-            "PowerSGD total s": t_p + t_q + best}
+            "all-reduce of P s": t_p, "all-reduce of Q s": t_q, "orthonormalise s (this machine)": ortho,
+            "products and ledger s (this machine)": cpu, "products and ledger s (GPU, assumed)": gpu,
+            "gpu GB/s": gpu_gbps, "PowerSGD total s": t_p + t_q + ortho + cpu, "PowerSGD total s (GPU)": t_p + t_q + gpu}
 
 
 def ledger_sentence(runs: dict, noise_points: float = 1.0) -> str:
@@ -166,22 +192,31 @@ def ledger_sentence(runs: dict, noise_points: float = 1.0) -> str:
 
 
 def step_cost_sentence(pc: dict, matrices: int, workers: int, link: cost.Link) -> str:
-    """`step_cost` in words: dense against PowerSGD's two all-reduces and the orthonormalisation
-    timed on this machine's CPU, with the latter's share said from the numbers, and the GPU
-    speed of the orthonormalisation named as not measured."""
+    """`step_cost` in words: dense against PowerSGD's two all-reduces and its arithmetic (the
+    products, the ledger, the orthonormalisation), on this machine's CPU and at a GPU's
+    assumed memory bandwidth, each total said against dense."""
     from ..i18n import _
     from . import verdicts
-    ortho, links = pc["orthonormalise s (this machine)"], pc["all-reduce of P s"] + pc["all-reduce of Q s"]
+    links = pc["all-reduce of P s"] + pc["all-reduce of Q s"]
     text = _("Dense: {gb:.1f} GB, **{dense:.2f} s** per all-reduce. PowerSGD r4: R = {r:.0f}, two all-reduces of "
-             "{p:.1f} ms and {q:.1f} ms (each with {lat:.1f} ms of ring latency), plus {o:.0f} ms to orthonormalise "
-             "{n} matrices on this machine's CPU: **{total:.2f} s**.").format(
+             "{p:.1f} ms and {q:.1f} ms (each with {lat:.1f} ms of ring latency). Around them every worker adds its "
+             "ledger to the gradient, computes the two products $XQ$ and $X^\\top P$ and the new ledger "
+             "$X - PQ^\\top$ (each pass over all {n} matrices), and orthonormalises $P$.").format(
         gb=pc["dense bytes"] / 1e9, dense=pc["dense all-reduce s"], r=pc["R"], p=1e3 * pc["all-reduce of P s"],
-        q=1e3 * pc["all-reduce of Q s"], lat=1e3 * 2 * (workers - 1) * link.latency, o=1e3 * ortho, n=matrices,
-        total=pc["PowerSGD total s"])
-    text += " " + _("On this CPU the orthonormalisation takes {r:.2g} times as long as the two all-reduces on the "
-                    "link.").format(r=ortho / links)
-    text += " " + _("Its arithmetic is small (about m·r² per matrix, against m·n·r for each product), but on a CPU it "
-                    "runs one small matrix after another; on a GPU, batched, it would take a fraction of this. That is "
-                    "an expectation, not a measurement: no GPU timed it here. The same rank on a smaller layer saves "
-                    "less: R = mn / (r(m+n)) depends on the layer's shape, so price it with the model's real layers.")
+        q=1e3 * pc["all-reduce of Q s"], lat=1e3 * 2 * (workers - 1) * link.latency, n=matrices)
+    text += " " + _("On this machine's CPU the products and the ledger take {cpu:.1f} s (timed on one matrix and "
+                    "scaled by the elements) and the orthonormalisation {o:.0f} ms: **{total:.2f} s** in all, "
+                    "{said}.").format(
+        cpu=pc["products and ledger s (this machine)"], o=1e3 * pc["orthonormalise s (this machine)"],
+        total=pc["PowerSGD total s"],
+        said=verdicts.compare_speed(_("PowerSGD"), pc["PowerSGD total s"], _("dense"), pc["dense all-reduce s"]))
+    text += " " + _("A GPU that streamed them at an assumed {gbps:g} GB/s of memory bandwidth would take about "
+                    "{gpu:.0f} ms (an assumption, not a measurement: no GPU timed it here): **{total:.2f} s** with the "
+                    "link, {said}.").format(
+        gbps=pc["gpu GB/s"], gpu=1e3 * pc["products and ledger s (GPU, assumed)"], total=pc["PowerSGD total s (GPU)"],
+        said=verdicts.compare_speed(_("PowerSGD"), pc["PowerSGD total s (GPU)"], _("dense"), pc["dense all-reduce s"]))
+    text += " " + _("The arithmetic the bytes do not show is the price: {share:.0%} of PowerSGD's step on this CPU. "
+                    "The same rank on a smaller layer saves less: R = mn / (r(m+n)) depends on the layer's shape, so "
+                    "price it with the model's real layers.").format(
+        share=(pc["PowerSGD total s"] - links) / pc["PowerSGD total s"])
     return verdicts.tidy(text)

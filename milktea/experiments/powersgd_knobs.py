@@ -94,6 +94,19 @@ def torch_powersgd(make_model, grads_after, x, y, steps: int = 5, rank: int = 2,
     return out
 
 
+def knobs_demo(steps: int = 5, start_iter: int = START_ITER) -> dict:
+    """Runs on every rank of a launched group (`milktea.distributed.launch(knobs_demo, 2)`):
+    PyTorch's PowerSGD hooks on `small_mlp`, each rank on a batch of its own (`torch_powersgd`)."""
+    import torch.distributed as dist
+    from .commhook import _grads_after
+    rank = dist.get_rank()
+    gen = torch.Generator().manual_seed(100 + rank)
+    x, y = torch.randn(64, 64, generator=gen), torch.randint(0, 10, (64,), generator=gen)
+    out = {"workers": dist.get_world_size(), "backend": dist.get_backend()}
+    out.update(torch_powersgd(small_mlp, _grads_after, x, y, steps=steps, start_iter=start_iter))
+    return out
+
+
 def knobs_sentence(out: dict) -> str:
     """What the run above shows, in words: dense steps before `start_powerSGD_iter`, the
     compressed bytes after it, the batched hook's, and what a checkpoint must carry."""
@@ -102,9 +115,17 @@ def knobs_sentence(out: dict) -> str:
     per = out["PyTorch powerSGD_hook: bytes per step"]
     start = out["start_powerSGD_iter"]
     dense, after = per[0], per[-1]
-    text = _("With start_powerSGD_iter={start}, PyTorch's PowerSGD hook handed {dense:,} bytes to all-reduce in each "
-             "of its first {start} steps (a plain fp32 all-reduce) and {after:,} from step {start} on: {r:.0f}x "
-             "less.").format(start=start, dense=dense, after=after, r=dense / after if after else float("nan"))
+    # steps counted from 1, as a reader counts them: the first one that handed over fewer bytes
+    first = next((i + 1 for i, b in enumerate(per) if b < dense), None)
+    if first is None:
+        text = _("With start_powerSGD_iter={start}, PyTorch's PowerSGD hook handed {dense:,} bytes to all-reduce in "
+                 "every one of the {n} steps: it never compressed in this run.").format(start=start, dense=dense,
+                                                                                         n=len(per))
+    else:
+        text = _("With start_powerSGD_iter={start}, PyTorch's PowerSGD hook handed {dense:,} bytes to all-reduce in "
+                 "each of its first {dense_steps} steps (a plain fp32 all-reduce) and {after:,} from step {first} on: "
+                 "{r:.0f}x less.").format(start=start, dense=dense, dense_steps=first - 1, after=after, first=first,
+                                          r=dense / after if after else float("nan"))
     if "PyTorch batched_powerSGD_hook: bytes per step" in out:
         text += " " + _("The batched hook, one matrix per bucket, handed {b:,} bytes per compressed step.").format(
             b=out["PyTorch batched_powerSGD_hook: bytes per step"][-1])
