@@ -1,4 +1,4 @@
-"""PowerSGD, taught step by step (chapter 06): spectrum, rank sweep, linearity, warm start, cost.
+"""PowerSGD, taught step by step (chapter 06b): spectrum, rank sweep, linearity, warm start, cost.
 
     >>> from milktea.experiments.gradients import layer_gradients
     >>> m = layer_gradients(hidden=64)["0.weight"]
@@ -16,7 +16,7 @@ from ..i18n import N_
 
 from ..timing import time_it
 
-_LABELS = (N_("PowerSGD r{} + ledger"), N_("PowerSGD r{}, no ledger"))   # chapter 06's run names, for tables.word
+_LABELS = (N_("PowerSGD r{} + ledger"), N_("PowerSGD r{}, no ledger"))   # chapter 06b's run names, for tables.word
 
 # linearity()'s keys as a reader sees them (tables.pairs)
 LINEARITY_KEYS = (N_("workers"), N_("Top-K: positions kept by every worker"), N_("Top-K: positions per worker"),

@@ -1,4 +1,4 @@
-"""PyTorch's PowerSGD hooks as users meet them (chapter 06), run on every rank of a launched
+"""PyTorch's PowerSGD hooks as users meet them (chapter 06b), run on every rank of a launched
 group: `start_powerSGD_iter` (dense all-reduces until that step: PyTorch's default is 1000),
 `min_compression_rate` (a tensor that would shrink less is sent dense), the batched hook (one
 matrix per bucket), and the state a checkpoint must keep (the ledgers and warm-start Q's).

@@ -1,4 +1,4 @@
-"""Sharded data parallelism (chapter 06's sidebar): what each GPU sends and keeps in memory
+"""Sharded data parallelism (chapter 06b's sidebar): what each GPU sends and keeps in memory
 under DDP and ZeRO's three stages (FSDP).
 
     >>> rows = zero_stages(7e9, 64)

@@ -1,4 +1,4 @@
-"""PowerSGD figures (chapter 06): the spectrum of a gradient, the rank sweep, the warm start."""
+"""PowerSGD figures (chapter 06b): the spectrum of a gradient, the rank sweep, the warm start."""
 from __future__ import annotations
 
 import numpy as np

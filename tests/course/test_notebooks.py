@@ -83,14 +83,36 @@ def test_notebook_is_stored_clean(path):
             f"{_id(path)}: cell {i} has an execution count; {fix}"
 
 
+# a chapter's file: its number (two digits, and a letter for a chapter's second part: 06b), then its slug
+CHAPTER_NAME = r"\d\d[a-z]?_[a-z0-9_]+\.ipynb"
+
+
 @pytest.mark.parametrize("edition", [ENGLISH, CHINESE], ids=["en", "zh"])
 def test_chapters_are_named_by_number(edition):
     names = [p.name for p in edition]
     for name in names:
-        assert re.fullmatch(r"\d\d_[a-z0-9_]+\.ipynb", name), \
-            f"chapter {name!r}: name it notebooks/NN_<slug>.ipynb (lower case, underscores)"
-    numbers = [name[:2] for name in names]
+        assert re.fullmatch(CHAPTER_NAME, name), \
+            f"chapter {name!r}: name it notebooks/NN_<slug>.ipynb, or NNb_<slug>.ipynb for a chapter's second " \
+            "part (lower case, underscores)"
+    numbers = [name.split("_")[0] for name in names]
     assert len(set(numbers)) == len(numbers), f"two chapters share a number: {names}"
+
+
+def test_chapter_names_allow_a_second_part_only():
+    ok = ["06_engineering.ipynb", "06b_low_rank.ipynb"]
+    bad = ["6_engineering.ipynb", "06B_low_rank.ipynb", "06bb_low_rank.ipynb", "06-b_low_rank.ipynb"]
+    assert [bool(re.fullmatch(CHAPTER_NAME, n)) for n in ok + bad] == [True] * 2 + [False] * 4
+
+
+@pytest.mark.parametrize("edition", [ENGLISH, CHINESE], ids=["en", "zh"])
+def test_next_links_walk_the_chapters_in_order(edition):
+    """Each chapter's last link after its Next line leads to the chapter that follows it by name
+    (06 -> 06b -> 07): a split chapter is read in order, in both editions."""
+    for here, after in zip(edition, edition[1:]):
+        nb = json.loads(here.read_text(encoding="utf-8"))
+        md = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+        last = md[max(md.rfind("**Next:**"), md.rfind("**下一章：**")):]
+        assert f"]({after.name})" in last, f"{_id(here)}: its Next link should lead to {after.name}"
 
 
 def _nbstripout(*args):
@@ -147,7 +169,7 @@ SKELETON = [
     ("an exercise pointer", lambda md, code: re.search(r"^## Exercise", md, re.M) is not None),
     ("check-yourself questions with answers",
      lambda md, code: re.search(r"^## Check yourself", md, re.M) is not None and "<summary>Answers</summary>" in md),
-    ("a Next link", lambda md, code: re.search(r"\*\*Next:\*\*[^\n]*\]\(\d\d_[a-z0-9_]+\.ipynb\)", md) is not None),
+    ("a Next link", lambda md, code: re.search(r"\*\*Next:\*\*[^\n]*\]\(" + CHAPTER_NAME + r"\)", md) is not None),
 ]
 
 
@@ -160,7 +182,7 @@ def test_chapter_follows_the_template(path):
     assert not missing, f"{_id(path)} lacks: {', '.join(missing)}"
     order = [md.find("**In this chapter you will**"), md.find("## Summary"), md.rfind("**Next:**")]
     assert order == sorted(order), f"{_id(path)}: goals, then the summary, then the Next link"
-    for target in re.findall(r"\*\*Next:\*\*[^\n]*?\]\((\d\d_[a-z0-9_]+\.ipynb)\)", md):
+    for target in re.findall(r"\*\*Next:\*\*[^\n]*?\]\((" + CHAPTER_NAME + r")\)", md):
         assert (path.parent / target).exists(), f"{_id(path)}: the Next link points to a missing {target}"
 
 

@@ -44,7 +44,9 @@ def test_chapter_points_to_an_exercise_that_exists(name, exercise):
 def test_chapter_ids_are_stable_and_links_resolve(name):
     nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))
     ids = [c["id"] for c in nb["cells"]]
-    assert len(set(ids)) == len(ids) and all(i.startswith(f"ch{name[:2]}-") for i in ids)
+    number = name.split("_")[0]          # 06, or 06b for a chapter's second part
+    assert len(set(ids)) == len(ids) and all(i.startswith(f"ch{number}-") for i in ids), \
+        f"{name}: cell ids are ch{number}-..., each once"
     md = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
     for link in re.findall(r"\]\(([^)]+\.ipynb)\)", md):
         assert (ROOT / "notebooks" / link).exists(), f"{name}: link to {link} leads nowhere"
