@@ -91,15 +91,15 @@ def ab_verdict(comparison, plot_note: bool = True) -> str:
         text += " " + _("The shortest step: {said}.").format(
             said=verdicts.compare_speed(word(best["label"]), best["step_ms"], word(dense["label"]), dense["step_ms"],
                                          noise(best)))
+        if bf is not None:
+            text += " " + _("Against bf16: {said}.").format(
+                said=verdicts.compare_speed(word(best["label"]), best["step_ms"], word(bf["label"]), bf["step_ms"],
+                                            max(noise(best), noise(bf))))
         behind = verdicts.gap(best.get("accuracy"), dense.get("accuracy"), _("dense"), 0.02)
         if behind.kind in ("behind", "nan"):
             text += " " + _("But it ends {gap} after {steps} steps: a short step is worth only the loss it buys, "
                             "which the time to a target loss measures.").format(
                 gap=behind, steps=comparison.config["steps"])
-        if bf is not None:
-            text += " " + _("Against bf16: {said}.").format(
-                said=verdicts.compare_speed(word(best["label"]), best["step_ms"], word(bf["label"]), bf["step_ms"],
-                                            max(noise(best), noise(bf))))
     if not plot_note:
         return verdicts.tidy(text)
     text += " " + _("The crosses mark the calibrated cost model's prediction from the bytes each scheme really "

@@ -98,13 +98,19 @@ def knobs_demo(steps: int = 5, start_iter: int = START_ITER) -> dict:
     """Runs on every rank of a launched group (`milktea.distributed.launch(knobs_demo, 2)`):
     PyTorch's PowerSGD hooks on `small_mlp`, each rank on a batch of its own (`torch_powersgd`)."""
     import torch.distributed as dist
-    from .commhook import _grads_after
     rank = dist.get_rank()
     gen = torch.Generator().manual_seed(100 + rank)
     x, y = torch.randn(64, 64, generator=gen), torch.randint(0, 10, (64,), generator=gen)
     out = {"workers": dist.get_world_size(), "backend": dist.get_backend()}
     out.update(torch_powersgd(small_mlp, _grads_after, x, y, steps=steps, start_iter=start_iter))
     return out
+
+
+def _grads_after(ddp, x, y) -> torch.Tensor:
+    """One backward pass of `ddp` on (x, y); its gradients, flat."""
+    ddp.zero_grad(set_to_none=True)
+    torch.nn.functional.cross_entropy(ddp(x), y).backward()
+    return torch.cat([p.grad.reshape(-1) for p in ddp.parameters()])
 
 
 def knobs_sentence(out: dict) -> str:

@@ -48,4 +48,4 @@ def test_hook_demo_on_two_gloo_workers(ranks):
     assert per[:start] == [per[0]] * start and per[0] == 4 * out["PyTorch PowerSGD: parameters"]
     assert all(b < per[0] / 10 for b in per[start:])
     assert out["PyTorch PowerSGD: floats in the pickled state"] >= out["PyTorch PowerSGD: parameters"]
-    assert "start_powerSGD_iter=3" in knobs_sentence(out)
+    assert "start_powerSGD_iter=3" in knobs_sentence(out) and "from step 4 on" in knobs_sentence(out)

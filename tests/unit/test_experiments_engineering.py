@@ -1,5 +1,6 @@
 """The engineering chapter's computations against hand-worked references."""
 import doctest
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -83,12 +84,24 @@ def test_escapes_count_large_gaps():
     assert e["delta8 bytes"] == 3 + e["escape bytes"]
 
 
-def test_speedup_and_breakeven():
+def test_speedup_and_breakeven_in_both_directions():
     s = breakeven.Scheme("top", 100.0, "allgather", overhead_s=0.01)
-    be = breakeven.breakeven_gbit(s, 25_000_000, 0.1, 8)
-    assert 0 < be < float("inf")
-    below = breakeven.speedup_vs_bandwidth([s], 25_000_000, 0.1, 8, [be / 2, be * 2])["top"]
+    [down] = breakeven.breakeven_gbits(s, 25_000_000, 0.1, 8)
+    assert down.direction == "down"
+    below = breakeven.speedup_vs_bandwidth([s], 25_000_000, 0.1, 8, [down.at / 2, down.at * 2])["top"]
     assert below[0] > 1 > below[1]
+    # int8 gathered by 64 workers moves more bytes than the ring (R > N/2 fails): it loses on a
+    # slow link, and wins on a fast one, where the gather's N-1 latency steps beat the ring's 2(N-1)
+    few = breakeven.Scheme("int8", 4.0, "allgather")
+    [up] = breakeven.breakeven_gbits(few, 25_000_000, 0.1, 64)
+    assert up.direction == "up"
+    around = breakeven.speedup_vs_bandwidth([few], 25_000_000, 0.1, 64, [up.at / 1.01, up.at * 1.01])["int8"]
+    assert around[0] < 1 < around[1]
+    # a brute-force scan finds a sign change exactly where the bisection put it
+    grid = [1e-3 * 1.01 ** i for i in range(1900)]
+    sp = breakeven.speedup_vs_bandwidth([few], 25_000_000, 0.1, 64, grid)["int8"]
+    changes = [b for a, b, x, y in zip(grid, grid[1:], sp, sp[1:]) if (x < 1) != (y < 1)]
+    assert len(changes) == 1 and changes[0] == pytest.approx(up.at, rel=0.011)
 
 
 def test_accumulation_time_by_hand():
@@ -145,6 +158,28 @@ def test_repricing_on_the_runs_own_link_gives_the_measured_step():
     rows = dashboard.repriced(comp, 100.0)
     assert rows[1]["speedup"] == pytest.approx(curves["sign"][1])
     assert cost.Link.gbit(100.0).bandwidth > link.bandwidth
+
+
+def test_repricing_with_other_codecs_and_a_negative_residual():
+    from milktea.distributed.report import predict_step
+    comp, link = _fake_comparison()
+    # the sign codec swapped for a free one: on the run's own link, exactly its codec time less
+    free = reprice.repriced_times(comp, link, codec={"sign": 0.0})
+    assert free["sign"] == pytest.approx(0.06 - 0.004, abs=1e-9) and free["dense"] == pytest.approx(0.1)
+    gpu = reprice.gpu_codecs(SimpleNamespace(results=[{"scheme": "sign-mc", "label": "s", "params": 10 ** 6},
+                                                      {"scheme": "qsgd", "label": "q", "params": 10 ** 6}]), 1000.0)
+    assert gpu == {"s": pytest.approx(12.25e6 / 1e12)}         # qsgd has no GPU model: left out
+    with pytest.raises(ValueError, match="mem_gbps"):
+        reprice.gpu_codecs(comp, 0)
+    # a model that priced more than the run spent: re-priced on a fast link, the step never
+    # drops below what it takes with no link at all (compute and codec)
+    for r in comp.results[1]["records"]:
+        r["step_s"] = 0.01
+    fast = cost.Link.gbit(1000.0, 50e-6)
+    t = reprice.repriced_times(comp, fast)["sign"]
+    floor = predict_step(comp.compute, dict(comp.results[1]["records"][0], ops=[]), fast, 2)
+    assert t == pytest.approx(floor) and t > 0
+
 
 
 def test_protocols_by_workers_refuses_a_packet_no_smaller_than_the_gradient():

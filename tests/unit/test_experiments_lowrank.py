@@ -66,7 +66,12 @@ def test_warm_start_trace_and_step_cost():
     assert pc["R"] == pytest.approx(512 * 256 / (4 * (512 + 256)))
     # two sequential all-reduces: each pays the ring latency 2 (N - 1) alpha
     assert pc["all-reduce of P s"] == pytest.approx(cost.ring_allreduce_time(4 * 512 * 4 * 3, 8, link))
-    assert pc["PowerSGD total s"] >= pc["all-reduce of P s"] + pc["all-reduce of Q s"]
+    # the products and the ledger are priced too (CPU: scaled from one sampled matrix), beside a GPU's
+    arithmetic = pc["orthonormalise s (this machine)"] + pc["products and ledger s (this machine)"]
+    assert pc["PowerSGD total s"] == pytest.approx(pc["all-reduce of P s"] + pc["all-reduce of Q s"] + arithmetic)
+    assert pc["products and ledger s (GPU, assumed)"] == pytest.approx(28 * 512 * 256 * 3 / 2e12)
+    text = lowrank.step_cost_sentence(pc, 3, 8, link)
+    assert "2000 GB/s" in text and "products" in text
     with pytest.raises(ValueError, match="matrix"):
         lowrank.spectrum(torch.ones(5))
     with pytest.raises(TypeError):
@@ -141,6 +146,19 @@ def test_ab_verdicts_follow_the_numbers():
     assert "No scheme's step was shorter than dense's" in abtest.ab_verdict(ab)
     lines = abtest.crossing_lines([1, 10, 100], {"gbit": [1, 10, 100], "a": [2.0, 1.5, 0.5], "b": [3, 2, 1.5]})
     assert "stops paying above" in lines[0] and "pays on every link tried" in lines[1]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_knobs_sentence_counts_steps_from_one(lang):
+    from milktea import i18n
+    from milktea.experiments.powersgd_knobs import knobs_sentence
+    out = {"PyTorch powerSGD_hook: bytes per step": [340, 340, 340, 10, 10], "start_powerSGD_iter": 3,
+           "PyTorch PowerSGD: floats in the pickled state": 90, "PyTorch PowerSGD: parameters": 85}
+    with i18n.speaking(lang):
+        text = knobs_sentence(out)
+        never = knobs_sentence(dict(out, **{"PyTorch powerSGD_hook: bytes per step": [340] * 5}))
+    assert ("first 3 steps", "前 3 步")[lang == "zh"] in text and ("from step 4 on", "从第 4 步起")[lang == "zh"] in text
+    assert ("never compressed", "从未压缩")[lang == "zh"] in never
 
 
 def test_docstrings():
