@@ -184,7 +184,8 @@ def fmt(v, digits: int = 3) -> str:
 def markdown_table(rows: list[dict], columns: list[str] | None = None, digits: int = 3,
                    formats: dict[str, str] | None = None) -> str:
     """A markdown table of `rows` (dicts); `columns` picks and orders the keys; a column
-    named in `formats` uses that str.format pattern (e.g. {"R": "{:.1f}x"}), the others `fmt`.
+    named in `formats` uses that str.format pattern (e.g. {"R": "{:.1f}x"}) for its numbers, the
+    others (and a word in such a column) `fmt`.
 
     >>> print(markdown_table([{"scheme": "int8", "R": 3.98}], formats={"R": "{:.1f}x"}))
     | scheme | R |
@@ -200,8 +201,9 @@ def markdown_table(rows: list[dict], columns: list[str] | None = None, digits: i
         raise ValueError(f"formats name columns that are not shown: {missing}; columns are {columns}")
 
     def cell(row, c):
-        v = row.get(c)
-        return word(formats[c].format(v)) if c in formats and v not in (None, "") else fmt(v, digits)
+        v = row.get(c)      # a word in a number's column ("—": not reached) is shown as a word
+        return word(formats[c].format(v)) if c in formats and v not in (None, "") and not isinstance(v, str) \
+            else fmt(v, digits)
 
     lines = ["| " + " | ".join(word(c) for c in columns) + " |", "| " + " | ".join("---" for _c in columns) + " |"]
     lines += ["| " + " | ".join(cell(r, c) for c in columns) + " |" for r in rows]

@@ -16,6 +16,31 @@ from milktea.timing import time_it
 # The fit weighs relative errors: one small message for the latency, three large ones (up
 # to 32 MiB) so that per-call overheads on a fast local link do not blur the bandwidth.
 DEFAULT_SIZES = (64 << 10, 4 << 20, 16 << 20, 32 << 20)
+#: on an emulated link the sleeps are exact, so no per-call noise needs blurring out: sizes
+#: whose all-reduce would take longer than this are left out (three sizes always stay)
+EMULATED_BUDGET_S = 0.05
+
+
+def sizes_for(sizes, emulated: EmulatedLink | None) -> tuple:
+    """The sizes to time: all of them on a real link; on `emulated`, those whose all-reduce
+    takes at most EMULATED_BUDGET_S there, or, where fewer than three do, the smallest with
+    the two that take the budget and a quarter of it (enough to fit alpha and B: the emulated
+    link's sleeps carry no noise to average out).
+
+    >>> [round(s / 2**20, 2) for s in sizes_for(DEFAULT_SIZES, EmulatedLink.gbit(1.0))]
+    [0.06, 0.75, 2.98]
+    >>> sizes_for(DEFAULT_SIZES, None) == DEFAULT_SIZES
+    True
+    """
+    sizes = tuple(sorted(int(s) for s in sizes))
+    if emulated is None:
+        return sizes
+    bandwidth = emulated.link.bandwidth
+    quick = tuple(s for s in sizes if 2 * s / bandwidth <= EMULATED_BUDGET_S)
+    if len(quick) >= 3:
+        return quick
+    top = int(EMULATED_BUDGET_S * bandwidth / 2)
+    return (sizes[0], top // 4, top) if top // 4 > sizes[0] else sizes[:3]
 
 
 def measure_allreduce(sizes=DEFAULT_SIZES, repeats: int = 3, emulated: EmulatedLink | None = None,
@@ -41,6 +66,7 @@ def measure_allreduce(sizes=DEFAULT_SIZES, repeats: int = 3, emulated: EmulatedL
 
 def calibrate_link(sizes=DEFAULT_SIZES, repeats: int = 3, emulated: EmulatedLink | None = None,
                    group=None, device=None) -> "cost.Link":
-    """A cost.Link fitted to dense all-reduces measured on this link (same on every rank)."""
-    sizes, times = measure_allreduce(sizes, repeats, emulated, group, device)
+    """A cost.Link fitted to dense all-reduces measured on this link (same on every rank); on an
+    emulated link, of the sizes it times quickly (`sizes_for`)."""
+    sizes, times = measure_allreduce(sizes_for(sizes, emulated), repeats, emulated, group, device)
     return cost.fit_allreduce_link(sizes, times, dist.get_world_size(group))
