@@ -111,9 +111,9 @@ def sentence(tt: dict) -> str:
     steps and time against the baseline's, and which reached it soonest (within the noise)."""
     rows = {r["scheme"]: r for r in tt["rows"]}
     base = rows[tt["baseline"]]
-    text = _("Time to a target loss (the methodology of Agarwal et al., MLSys 2022): the target is the training loss "
-             "{base} reaches after {k} of its {n} steps, {target:.3f} (a {w}-step mean). {base} gets there at "
-             "step {s}, in {t:.2f} s.").format(base=word(base["scheme"]), k=tt["at step"], n=tt["steps"],
+    text = _("Time to a target loss (the methodology of Agarwal et al., MLSys 2022): the target is {target:.3f}, the "
+             "{w}-step mean of {base}'s training loss at step {k} of its {n}. {base} first gets that low at step "
+             "{s}, in {t:.2f} s.").format(base=word(base["scheme"]), k=tt["at step"], n=tt["steps"],
                                               target=tt["target"], w=tt["window"], s=base["steps to target"],
                                               t=base["time to target s"])
     parts = []
