@@ -94,14 +94,14 @@ def verdict(t: float, base_t: float, noise: float, reached: bool = True) -> verd
     "unknown": the run was too short to tell. kind: faster, slower, same, unknown.
 
     >>> verdict(2.0, 1.0, 0.1, reached=False)
-    'not reached; even the whole run took 2.00x as long as the baseline needed'
+    'not reached, and the whole run already took 2.00x as long as the baseline needed'
     >>> verdict(0.9, 1.0, 0.2, reached=False).kind
     'unknown'
     """
     if reached:
         return verdicts.speed(t, base_t, noise)
     if t > base_t * (1 + noise):
-        return verdicts.Said(_("not reached; even the whole run took {r}x as long as the baseline needed").format(
+        return verdicts.Said(_("not reached, and the whole run already took {r}x as long as the baseline needed").format(
             r=f"{t / base_t:.2f}"), "slower")
     return verdicts.Said(_("not reached within the run: too short to tell"), "unknown")
 

@@ -45,7 +45,8 @@ ALLOW = frozenset(w.lower() for w in """
     1-bit BERT-large GPT-2 XL ResNet-50 Milktea Sans SC WenQuanYi Micro Hei Noto CJK
     alpha beta gamma sqrt log exp max min argmax
     id ids dtype
-""".split())
+    Agarwal
+""".split())   # the last line: authors a sentence cites by name
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff"
 # Not prose: inline code, math, URLs, file names and paths, keyword arguments in a repr

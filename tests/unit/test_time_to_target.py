@@ -76,7 +76,7 @@ def test_a_scheme_that_learns_as_fast_with_a_shorter_step_wins(lang):
     tt = ttt.time_to_target(comp)
     fast = next(r for r in tt["rows"] if r["scheme"] == "fast")
     assert fast["kind"] == "faster" and fast["vs baseline"] == pytest.approx(2.0, rel=0.05)
-    assert ("Reached the target soonest: fast", "最先达到目标的是fast")[lang == "zh"] in ttt.sentence(tt)
+    assert ("Reached the target soonest: fast", "最先达到目标的是 fast")[lang == "zh"] in ttt.sentence(tt)
     # too short a run to tell: not reached, but the whole run is shorter than the baseline needed
     comp = _comparison([_run("torch-bf16", "bf16", 0.040, _falling(0.10)),
                         _run("sign-mc", "early", 0.010, [2.0] * 20)])
