@@ -25,7 +25,7 @@ class Dashboard:
 
     def __init__(self, schemes=("dense", "torch-fp16", "torch-powersgd", "sign"), *, steps: int = 20,
                  link_gbit: float = 1.0, workers: int = 2, hidden: int = 16384, task: str = "digits",
-                 redraw_s: float = 1.0):
+                 redraw_s: float = 2.0):
         import ipywidgets as w
         self.schemes, self.workers, self.hidden, self.task = list(schemes), workers, hidden, task
         self.result, self.recorder = None, None
