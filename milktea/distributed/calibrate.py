@@ -64,9 +64,11 @@ def measure_allreduce(sizes=DEFAULT_SIZES, repeats: int = 3, emulated: EmulatedL
     return [int(s) for s in sizes], out
 
 
-def calibrate_link(sizes=DEFAULT_SIZES, repeats: int = 3, emulated: EmulatedLink | None = None,
+def calibrate_link(sizes=None, repeats: int = 3, emulated: EmulatedLink | None = None,
                    group=None, device=None) -> "cost.Link":
-    """A cost.Link fitted to dense all-reduces measured on this link (same on every rank); on an
-    emulated link, of the sizes it times quickly (`sizes_for`)."""
-    sizes, times = measure_allreduce(sizes_for(sizes, emulated), repeats, emulated, group, device)
+    """A cost.Link fitted to dense all-reduces of `sizes` (bytes) measured on this link (same on
+    every rank); by default DEFAULT_SIZES, or on an emulated link those it times quickly
+    (`sizes_for`)."""
+    sizes = sizes_for(DEFAULT_SIZES, emulated) if sizes is None else sizes
+    sizes, times = measure_allreduce(sizes, repeats, emulated, group, device)
     return cost.fit_allreduce_link(sizes, times, dist.get_world_size(group))

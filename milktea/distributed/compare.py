@@ -25,7 +25,6 @@ import torch.distributed as dist
 from milktea import cost
 from milktea.i18n import _
 from milktea.distributed import schemes
-from milktea.distributed.calibrate import DEFAULT_SIZES
 from milktea.distributed.launch import launch
 from milktea.distributed.worker import report
 from milktea.distributed.report import Comparison, predict_step
@@ -156,7 +155,7 @@ def _worker(cfg: dict, names: list[str], calibrate_sizes, interleave: bool, extr
 
 
 def compare(names=schemes.COMPARE_DEFAULT, config=None, *, workers: int = 2, netns_gbit: float | None = None,
-            calibrate_sizes=DEFAULT_SIZES, interleave: bool | None = None, progress: bool = True,
+            calibrate_sizes=None, interleave: bool | None = None, progress: bool = True,
             on_message=None, timeout: float | None = None, stall_timeout: float | None = None,
             **settings) -> Comparison:
     """Train with every scheme in `names` on `workers` local ranks; return a Comparison.
@@ -172,6 +171,8 @@ def compare(names=schemes.COMPARE_DEFAULT, config=None, *, workers: int = 2, net
     models fit in half the free memory), else one scheme after another.
     on_message: called as on_message(rank, message) with what rank 0 reports while it trains
     (("start", ...), ("step", record), ("done",)): e.g. a live dashboard.
+    calibrate_sizes: the all-reduce sizes (bytes) the cost model is fitted on (default: see
+    milktea.distributed.calibrate.calibrate_link).
     timeout: seconds for the whole run; stall_timeout: stop, naming the rank, when one makes
     no progress for this long (see milktea.distributed.launch.launch).
     """
@@ -200,7 +201,8 @@ def compare(names=schemes.COMPARE_DEFAULT, config=None, *, workers: int = 2, net
         progress_bars(rank, msg)
         if on_message is not None:
             on_message(rank, msg)
-    args = (cfg, names, list(calibrate_sizes), interleave, schemes.registered(names))
+    args = (cfg, names, None if calibrate_sizes is None else list(calibrate_sizes), interleave,
+            schemes.registered(names))
     from milktea.distributed.train import launch_timeouts
     limits = dict(timeout=timeout, **(launch_timeouts(stall_timeout) if stall_timeout else {}))
     try:

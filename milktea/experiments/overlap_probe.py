@@ -144,7 +144,7 @@ def probe(width: int = 1024, depth: int = 4, batch: int = 256, steps: int = 4, l
     from milktea.distributed.link import EmulatedLink
     from milktea.distributed.train import device_for_rank
     device = device_for_rank()
-    fitted = calibrate_link((256 << 10, 2 << 20, 8 << 20), repeats=3,
+    fitted = calibrate_link(repeats=3,   # the sizes the emulated link carries quickly (calibrate.sizes_for)
                             emulated=EmulatedLink.gbit(link_gbit, latency_us * 1e-6), device=device)
     runs = {}
     for label, use_link, bucket_mb, *sleep in settings:
