@@ -24,8 +24,12 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -e ".[course,test]"
 	touch $@
 
+# The server's root is the course folder (this one): the file browser shows notebooks/ and
+# exercises/ side by side, and the first chapter opens. LAB_ARGS: more options for JupyterLab
+# (e.g. LAB_ARGS=--no-browser on a remote machine).
+LAB_ARGS ?=
 lab: setup
-	$(BIN)/python -m jupyter lab $(ROOT_FLAG) $(wildcard notebooks/00_*.ipynb)
+	$(BIN)/python -m jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=. $(LAB_ARGS) notebooks/00_welcome.ipynb
 
 # The Chinese edition (中文版), with JupyterLab's menus in Simplified Chinese: the language
 # pack (course extra) is chosen by a settings override for this command only. The page gets
@@ -38,7 +42,7 @@ lab-zh: setup
 	JUPYTERLAB_SETTINGS_DIR="$${JUPYTERLAB_SETTINGS_DIR:-$(JUPYTER_HOME_CONFIG)/lab/user-settings}" \
 	JUPYTERLAB_WORKSPACES_DIR="$${JUPYTERLAB_WORKSPACES_DIR:-$(JUPYTER_HOME_CONFIG)/lab/workspaces}" \
 	JUPYTER_CONFIG_DIR=$(LAB_ZH) $(BIN)/python -m jupyter lab $(ROOT_FLAG) --LabApp.custom_css=True \
-	  --LabApp.app_settings_dir=tools/lab-zh notebooks/zh/00_welcome.ipynb
+	  --LabApp.app_settings_dir=tools/lab-zh --ServerApp.root_dir=. $(LAB_ARGS) notebooks/zh/00_welcome.ipynb
 
 # Every test, on as many workers as the machine has cores (pytest-xdist); the slowest are
 # listed at the end. The folders say what a test costs: tests/unit (in-process),

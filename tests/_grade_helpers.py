@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
 HIDDEN = ROOT / "tests" / "hidden_example"
-CHAPTERS = ["01_bottleneck", "02_compress", "03_topk", "04_error_feedback", "05_quantization", "06_engineering",
+CHAPTERS = ["01_bottleneck", "02_compression", "03_topk", "04_error_feedback", "05_quantization", "06_engineering",
             "08_local_steps"]
 
 

@@ -5,7 +5,10 @@ the release gets, in OUT (translated notebooks in OUT/zh/, which use the checks 
 
     NAME.ipynb          the master with every region between `### BEGIN SOLUTION` and
                         `### END SOLUTION` replaced by `raise NotImplementedError(...)` at the
-                        same indentation, outputs dropped, `milktea.assignment` in its metadata
+                        same indentation, outputs dropped, `milktea.assignment` in its metadata;
+                        every code cell from the first stub on is tagged `raises-exception`,
+                        so that Run All (JupyterLab, nbclient) goes on past a task not done
+                        yet, or a cell that tries it, down to the cell that checks the work
     NAME.checks.json    the public checks (public_checks.py): cases, expected outputs or their
                         hashes, the tests file without its hidden regions. No solution code.
 
@@ -30,6 +33,8 @@ from .assignment import SetupError
 from .notebook import atomic_write, notebook_text
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+# the cell tag with which JupyterLab's Run All and nbclient go on after an error in the cell
+GOES_ON = "raises-exception"
 # the scaffold that replaces a solution region, in the notebook's language
 STUBS = {"en": ("# YOUR CODE HERE", 'raise NotImplementedError("replace this line with your code")'),
          "zh": ("# 在这里写你的代码", 'raise NotImplementedError("请把这一行换成你的代码")')}
@@ -62,10 +67,15 @@ def strip_solution(source: str, lang: str = "en") -> str:
 def exercise_from(solution: dict, lang: str = "en", name: str | None = None) -> dict:
     """The student notebook of a master; `lang` other than "en" is written into its metadata."""
     nb = copy.deepcopy(solution)
+    stubbed = False
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
-            cell["source"] = strip_solution(cell["source"], lang)
+            source = cell["source"]
+            cell["source"] = strip_solution(source, lang)
             cell["outputs"], cell["execution_count"] = [], None
+            stubbed = stubbed or cell["source"] != source
+            if stubbed and GOES_ON not in cell.get("metadata", {}).get("tags", []):
+                cell.setdefault("metadata", {}).setdefault("tags", []).append(GOES_ON)
     meta = nb.setdefault("metadata", {}).setdefault("milktea", {})
     meta["role"] = "exercise"
     if name:

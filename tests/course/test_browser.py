@@ -605,6 +605,58 @@ def test_views_respond_in_jupyterlab(path, lab, page, wall_times):
     wall_times.setdefault("browser (JupyterLab, Run All + sliders)", {})[_id(path)] = time.monotonic() - t0
 
 
+EXERCISE = ROOT / "exercises" / "04_error_feedback.ipynb"
+
+
+@pytest.mark.timeout(900)
+def test_exercise_opens_from_the_file_browser_and_checks_itself(lab, page, wall_times):
+    """A new learner's path, on the server `make lab` starts (its root is the course folder): the
+    file browser shows exercises/, the exercise opens from there, and Run All on the untouched
+    notebook goes past the tasks not done yet (their errors shown) down to the check cell, which
+    prints the public tests' report."""
+    t0 = time.monotonic()
+    before = EXERCISE.read_bytes()
+    page.goto(f"{lab.url}/lab?reset&token={lab.token}")
+    item = lambda name: page.locator(".jp-DirListing-item").filter(
+        has=page.locator(".jp-DirListing-itemText", has_text=re.compile(rf"^{re.escape(name)}$")))
+    item("exercises").first.wait_for(timeout=120_000)
+    item("exercises").first.dblclick()
+    item(EXERCISE.name).first.wait_for(timeout=60_000)
+    item(EXERCISE.name).first.dblclick()
+    page.wait_for_selector(".jp-NotebookPanel .jp-Notebook", timeout=120_000)
+    expected = _code_cells(EXERCISE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if page.locator(".jp-Dialog").count():     # "Select Kernel": take the default
+            page.locator(".jp-Dialog .jp-mod-accept").first.click()
+        s = _state(page)
+        if s and len(s["prompts"]) == len(expected) and s["kernel"] == "idle":
+            break
+        page.wait_for_timeout(500)
+    else:
+        pytest.fail(f"{_id(EXERCISE)}: not ready after 120 s: {json.dumps(_state(page))[:1000]}", pytrace=False)
+    _run_all(page)
+    deadline, s, idle = time.monotonic() + RUN_TIMEOUT, None, 0
+    while time.monotonic() < deadline:       # errors are expected here: every task is still a stub
+        s = _state(page)
+        if s and _all_ran(expected)(s):
+            break
+        idle = idle + 1 if s and s["kernel"] == "idle" and s["errors"] else 0
+        if idle >= 15:                       # the kernel rests after an error: Run All gave up there
+            break
+        page.wait_for_timeout(1000)
+    if not (s and _all_ran(expected)(s)):
+        pytest.fail(f"Run All stopped before the check cell: {json.dumps(s)[:1500]}", pytrace=False)
+    assert s["errors"] and all("NotImplementedError" in e for e in s["errors"]), s["errors"][:3]
+    report = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell").last.inner_text()
+    assert "Score on the public tests: 0/" in report, report[-1500:]
+    assert EXERCISE.read_bytes() == before, "the browser session wrote to the exercise"
+    shot = SHOTS / "exercise_checked.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(shot))
+    wall_times.setdefault("browser (JupyterLab, Run All + sliders)", {})[_id(EXERCISE)] = time.monotonic() - t0
+
+
 # The checks must be able to fail: notebooks that break them in three ways.
 BAD = {
     "cell_error": ["x = 1", "y = x / 0", "z = 2"],

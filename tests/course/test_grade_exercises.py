@@ -224,3 +224,40 @@ def test_solution_notebooks_run_top_to_bottom():
             os.environ.pop("PYTHONPATH")
         else:
             os.environ["PYTHONPATH"] = old
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_run_all_goes_on_past_an_unfinished_task(chapter):
+    """From the first stub on, every code cell of the release carries `raises-exception`, so
+    Run All (JupyterLab, nbclient) goes on to the check cell; the master carries no such tag."""
+    from milktea.grade.release import GOES_ON
+    for folder in (EXERCISES, EXERCISES / "zh"):
+        cells = [c for c in read_notebook(str(folder / f"{chapter}.ipynb"))["cells"] if c["cell_type"] == "code"]
+        first = next(i for i, c in enumerate(cells) if "raise NotImplementedError" in c["source"])
+        tagged = [i for i, c in enumerate(cells) if GOES_ON in c.get("metadata", {}).get("tags", [])]
+        assert tagged == list(range(first, len(cells))), (folder, chapter, first, tagged)
+    assert not any(GOES_ON in c.get("metadata", {}).get("tags", []) for c in solution(chapter)["cells"])
+
+
+@pytest.mark.notebooks
+@pytest.mark.timeout(300)
+def test_untouched_exercise_runs_all_down_to_its_check():
+    """An untouched exercise, run top to bottom as Run All does: the cells that try the
+    unfinished tasks fail, and the last cell still runs the public checks (0 points)."""
+    import sys as _sys
+    _sys.path.insert(0, str(ROOT / "tests"))
+    from executed import run_notebook
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), old]))   # the checker finds milktea
+    try:
+        nb, _times = run_notebook(EXERCISES / "04_error_feedback.ipynb")
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = old
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    failed = [o.get("ename") for c in code for o in c.outputs if o.get("output_type") == "error"]
+    assert failed and set(failed) == {"NotImplementedError"}, failed
+    last = "".join(o.get("text", "") for o in code[-1].outputs)
+    assert "Score on the public tests: 0/" in last, last[-800:]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CHAPTERS = {"00_welcome": None, "01_bottleneck": "01_bottleneck", "02_compression": "02_compress",
+CHAPTERS = {"00_welcome": None, "01_bottleneck": "01_bottleneck", "02_compression": "02_compression",
             "03_topk": "03_topk", "04_error_feedback": "04_error_feedback"}
 VIEWS = {"00_welcome": "phone_night_view", "01_bottleneck": "bottleneck_view",
          "02_compression": "compression_view", "03_topk": "topk_view_widget", "04_error_feedback": "ledger_view"}
