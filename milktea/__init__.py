@@ -26,9 +26,10 @@ _WHERE = {
     "pick_device": "device",
     "collective_for": "distributed.protocols",
     **dict.fromkeys(["ErrorFeedback", "DGC", "MomentumCorrected", "warmup_ratio"], "feedback"),
+    "EF21": "ef21",
     "Packet": "packet",
     **dict.fromkeys(["History", "simulate"], "simulate"),
-    **dict.fromkeys(["Digits", "Quadratic", "Task"], "tasks"),
+    **dict.fromkeys(["Digits", "Quadratic", "Targets", "Task"], "tasks"),
     "ddp": "ddp",  # the module itself: milktea.ddp.compress (DDP communication hooks)
     **dict.fromkeys(["EmulatedLink", "WorkerError", "launch"], "distributed"),
 }

@@ -5,7 +5,8 @@ worker at a time costs N rounds of small torch calls, which at N=64 and a small 
 is most of a step. For Top-K (exact), Random-K, Sign and absmax Quantize (round to
 nearest) the same arithmetic runs on the whole matrix at once, row by row, and gives
 bit for bit what each worker's own `compress`, `subtract_sent` and `aggregate` give
-(the tests compare the two on every one of them, with and without error feedback):
+(the tests compare the two on every one of them, with and without error feedback, classic
+or EF21):
 
 - the same elementwise operations in the same order, on rows instead of vectors;
 - Top-K keeps the same set (the k largest |x|, ties to the lowest index), whatever
@@ -35,6 +36,7 @@ from . import index as index_codec
 from .bits import packed_size
 from .compressors import Quantize, RandomK, Sign, TopK
 from .compressors.sparse import _random_indices
+from .ef21 import EF21
 from .feedback import ErrorFeedback
 from .kernels import scale_cap, would_use_numba
 from .packet import varint_size
@@ -63,6 +65,9 @@ class _Batch:
         self.senders, self.shape, self.codec = senders, tuple(shape), codec
         self.ef = isinstance(senders[0], ErrorFeedback)
         self.R: torch.Tensor | None = None        # the workers' ledgers, one row each
+        # EF21 (milktea.ef21) feeds its ledger the change since the last report: the rows it reported on
+        self.ef21 = isinstance(senders[0], EF21)
+        self.L: torch.Tensor | None = None
 
     def __call__(self, G: torch.Tensor):
         """G: [workers, n] gradients. Returns (sum over workers of what they send, [n];
@@ -75,7 +80,17 @@ class _Batch:
                     if s.residual is not None:
                         self.R[w] = s.residual.reshape(-1)
                     s.residual = self.R[w].view(self.shape)
-            self.R.add_(G)
+            if self.ef21:
+                if self.L is None:
+                    self.L = torch.zeros_like(G)
+                    for w, s in enumerate(self.senders):
+                        if s.last is not None:
+                            self.L[w] = s.last.reshape(-1)
+                        s.last = self.L[w].view(self.shape)
+                self.R.add_(G - self.L)          # as EF21.compress: the change, then the ledger's step
+                self.L.copy_(G)
+            else:
+                self.R.add_(G)
             X = self.R
             for s in self.senders:
                 s.steps += 1
@@ -212,7 +227,7 @@ def batch_for(senders, shape):
     or an ErrorFeedback around one), or None when they must run one by one. Call it with
     the [workers, n] gradients: (sum of what the workers send, per-worker packet bytes)."""
     first = senders[0]
-    if type(first) is ErrorFeedback:
+    if type(first) in (ErrorFeedback, EF21) and all(type(s) is type(first) for s in senders):
         comps = [s.compressor for s in senders]
     elif isinstance(first, ErrorFeedback):
         return None                              # DGC and other ledgers do more than add

@@ -149,6 +149,10 @@ class _Exchange:
             offset += p.numel()
         self.senders = ([[make(w, s) for s in range(len(self.streams))] for w in range(1 if self.summed else workers)]
                         if compressor is not None else None)
+        # EF21 (milktea.ef21): head office keeps a running estimate and adds each round's mean to it
+        self.estimates = ([torch.zeros(part.stop - part.start, dtype=flat.dtype, device=flat.device)
+                           for part, _ in self.streams] if ledger and getattr(compressor, "accumulates", False)
+                          else None)
         # all workers in one call where the compressor allows it (milktea.batched: bit for bit the same)
         self.batches = [None] * len(self.streams)
         if batched and compressor is not None and not self.summed:
@@ -162,6 +166,8 @@ class _Exchange:
             if supported(G, self.batches[s]):
                 total, sizes = self.batches[s](G[:, part])
                 update[part] = total.to(self.flat.dtype) / W
+                if self.estimates is not None:
+                    update[part] = self.estimates[s].add_(update[part])
                 sent = [a + b for a, b in zip(sent, sizes)]
                 continue
             g = G[:, part].reshape(W, *shape)
@@ -172,6 +178,8 @@ class _Exchange:
                 packets = [self.senders[w][s].compress(g[w]) for w in range(W)]
                 total, sizes = self.codec.aggregate(packets), [p.nbytes for p in packets]
             update[part] = total.reshape(-1).to(self.flat.dtype) / W
+            if self.estimates is not None:
+                update[part] = self.estimates[s].add_(update[part])
             sent = [a + b for a, b in zip(sent, sizes)]
         return update, sent
 
@@ -216,7 +224,9 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
     None = its whole shard), computes its gradient, and sends one packet: its compressor's
     `compress` of the flat gradient, through its own `ErrorFeedback` ledger when
     `error_feedback` is on. A ledger can also be passed as `compressor` (e.g. `DGC(...)`):
-    each worker then gets its own copy of it. The update is the average of what the collective delivers,
+    each worker then gets its own copy of it; with `EF21(...)` (milktea.ef21) head office adds
+    each round's average to its running estimate of the gradient and steps along that. Otherwise
+    the update is the average of what the collective delivers,
     `compressor.aggregate(packets) / workers`, with optional heavy-ball `momentum` applied
     to that average (as torch.optim.SGD does after a DDP all-reduce). `compressor=None` is
     dense SGD. Evaluates on the task's held-out data at step 0, every `eval_every` steps and

@@ -1,4 +1,4 @@
-"""Training tasks: the seed's quadratic toy, a digits classifier (scikit-learn's
+"""Training tasks: the story's quadratic toy, a digits classifier (scikit-learn's
 `load_digits`, which ships offline) and a small character-level GPT (`CharGPT`: the model
 and its corpus are milktea.gpt).
 
@@ -86,8 +86,8 @@ class QuadraticModel(nn.Module):
 
 
 class Quadratic(Task):
-    """The seed's toy: loss 0.5 ||w - w*||^2, gradient w - w*, with w* ~ N(0, 1) drawn by
-    numpy's legacy generator (so `seed=42` gives the seed demo's numbers) and w starting at 0.
+    """The story's toy: loss 0.5 ||w - w*||^2, gradient w - w*, with w* ~ N(0, 1) drawn by
+    numpy's legacy generator (so `seed=42` gives the story demo's numbers) and w starting at 0.
 
     Each worker holds examples x of w*: exactly w* when `noise` is 0, else `samples` noisy
     copies w* + noise * N(0, 1), so that workers see different gradients. float32 like a
@@ -136,6 +136,50 @@ class Quadratic(Task):
         if self.dtype != torch.float32:
             extra += f", dtype={self.dtype}"
         return f"Quadratic(n_params={self.n}, seed={self.seed}{extra})"
+
+
+class Targets(Task):
+    """Workers whose data disagree (the shops of exercise 04.4): worker i's loss is
+    0.5 ||w - t_i||^2 with its own target t_i = c + spread * z_i, where c and the z_i are
+    N(0, 1) draws of numpy's generator `seed`. The average loss is smallest at the mean
+    target, where no worker's own gradient w - t_i is zero: the setting in which classic
+    error feedback stalls and EF21 does not (chapter 04). `evaluate` measures the distance to
+    the mean target ("error"). float64 by default, so a run can go all the way down.
+
+    >>> task = Targets(n_params=10, workers=4, seed=0)
+    >>> x, _ = task.shards(4)[1]
+    >>> x.shape, round(task.evaluate(task.model())["error"], 3)
+    (torch.Size([1, 10]), 4.218)
+    """
+    name = "targets"
+
+    def __init__(self, n_params: int = 100, workers: int = 8, *, spread: float = 3.0, seed: int = 0,
+                 dtype: torch.dtype = torch.float64):
+        self.n = check_int(n_params, "n_params", 1)
+        self.workers = check_int(workers, "workers", 1)
+        self.spread = check_number(spread, "spread", 0)
+        self.seed = check_int(seed, "seed", 0)
+        self.dtype = _check_dtype(dtype)
+        rng = np.random.default_rng(self.seed)
+        common = rng.standard_normal(self.n)
+        self.targets = torch.from_numpy(common + self.spread * rng.standard_normal((self.workers, self.n))).to(dtype)
+        self.optimal = self.targets.mean(0)
+
+    def model(self) -> nn.Module:
+        return QuadraticModel(self.n, self.dtype)
+
+    def shards(self, workers: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        if check_int(workers, "workers", 1) != self.workers:
+            raise ValueError(f"this task holds the targets of {self.workers} workers, asked for {workers}: "
+                             f"build Targets(workers={workers})")
+        return [(t[None].clone(), torch.zeros(1)) for t in self.targets]
+
+    loss = Quadratic.loss
+    evaluate = Quadratic.evaluate
+
+    def __repr__(self) -> str:
+        extra = "" if self.dtype == torch.float64 else f", dtype={self.dtype}"
+        return f"Targets(n_params={self.n}, workers={self.workers}, spread={self.spread:g}, seed={self.seed}{extra})"
 
 
 @lru_cache(maxsize=1)

@@ -155,6 +155,15 @@ class AllReduceMeasurement:
         sizes = self.sizes if sizes is None else sizes
         return np.array([cost.ring_allreduce_time(m, self.workers, self.link) for m in sizes])
 
+    def errors(self) -> np.ndarray:
+        """The fit's relative error at each size: predicted / measured - 1."""
+        return self.predicted() / np.asarray(self.times) - 1
+
+    def achieved(self, i: int = -1) -> float:
+        """Bytes per second one worker sent in the all-reduce of message i (default: the
+        largest): 2(N-1)/N of the message over its time, what a bandwidth measures."""
+        return cost.ring_allreduce_bytes(self.sizes[i], self.workers) / self.times[i]
+
     def __repr__(self) -> str:
         return "AllReduceMeasurement(" + _("{workers} workers, {backend}, {n} sizes {low}..{high} B, fitted "
                                            "{link}, sum correct: {correct}").format(
@@ -196,6 +205,34 @@ def measure_local_allreduce(sizes=DEFAULT_SIZES, workers: int = 2, repeats: int 
     out = launch(_measure_worker, nprocs=workers, args=(sizes, repeats), timeout=timeout)
     link = fit_link(out["sizes"], out["times"], workers)
     return AllReduceMeasurement(out["sizes"], out["times"], workers, out["backend"], link, out["correct"])
+
+
+def fit_sentence(m: AllReduceMeasurement, tolerance: float = 0.25) -> str:
+    """How well the two-parameter model follows the measured times, said from its errors:
+    close (every size within ±`tolerance`) or rough (with the range of its errors)."""
+    errs = m.errors()
+    worst = int(np.argmax(np.abs(errs)))
+    size = _("{kib:,.0f} KiB").format(kib=m.sizes[worst] / 1024)
+    if np.abs(errs).max() <= tolerance:
+        return _("The two-parameter fit is close here: at every size the model is within ±{tol:.0%} of the measured "
+                 "time (worst {e:+.0%}, at {size}).").format(tol=tolerance, e=errs[worst], size=size)
+    return _("The two-parameter fit is rough here: across these sizes the model is off by between **{lo:+.0%}** and "
+             "**{hi:+.0%}** (worst at {size}). A straight line in $M$ cannot follow loopback's changing regimes "
+             "(small messages fit in caches and use a different protocol than large ones), nor the noise of a "
+             "shared CPU.").format(lo=errs.min(), hi=errs.max(), size=size)
+
+
+def link_sentence(m: AllReduceMeasurement) -> str:
+    """The fitted link beside what the largest message really achieved, with the fit's error
+    there: the number to quote for large transfers is the achieved one."""
+    fit, big = m.link, m.achieved()
+    text = _("Fitted over all sizes, the two processes exchange at about **{fit:.3g} Gbit/s** with **{lat:.0f} µs** of "
+             "fixed cost per message (backend: {backend}; sum correct: {ok}). The largest message, {mib:.3g} MiB, "
+             "moved at **{big:.3g} Gbit/s** (the bytes each worker sent over its time), where the fit is off by "
+             "{err:+.0%}: for large transfers, quote that one.").format(
+        fit=fit.bandwidth * 8 / 1e9, lat=fit.latency * 1e6, backend=m.backend, ok=_("yes") if m.correct else _("no"),
+        mib=m.sizes[-1] / 2 ** 20, big=big * 8 / 1e9, err=m.errors()[-1])
+    return text + " " + _("Small messages are dominated by $\\alpha$, large ones by $M/B$: that is why the curve bends.")
 
 
 # -- the story's phone night (chapter 00) -------------------------------------------------
@@ -257,14 +294,29 @@ class Scissors:
         return self.compute / self.bandwidth
 
 
-def scissors(years: float = 10, compute_growth: float = 2.0, bandwidth_growth: float = 1.2,
+# How hardware grew over twenty years, per two years (Gholami et al., "AI and Memory Wall",
+# IEEE Micro 2024): peak FLOP/s of server hardware, DRAM bandwidth, interconnect bandwidth.
+# Chapters 01 and 08 both read them from here.
+TRENDS = {"compute": 3.0, "DRAM": 1.6, "interconnect": 1.4}
+TRENDS_SOURCE = "Gholami et al. 2024"
+
+
+def per_year(every_two_years: float) -> float:
+    """A growth factor per two years as one per year: sqrt(3.0) = 1.73 for 3.0x."""
+    return math.sqrt(check_number(every_two_years, "growth", 0, open_low=True))
+
+
+def scissors(years: float = 10, compute_growth: float | None = None, bandwidth_growth: float | None = None,
              points: int = 50) -> Scissors:
     """The compute/bandwidth gap: compute multiplies by `compute_growth` a year, bandwidth by
-    `bandwidth_growth` (slower), both start at 1.
+    `bandwidth_growth` (slower), both start at 1. The defaults are TRENDS' compute and
+    interconnect rates (3.0x and 1.4x every two years).
 
-    >>> round(float(scissors(10).gap[-1]))    # 2^10 / 1.2^10
-    165
+    >>> round(float(scissors(10).gap[-1]))    # (3.0 / 1.4)^5
+    45
     """
+    compute_growth = per_year(TRENDS["compute"]) if compute_growth is None else compute_growth
+    bandwidth_growth = per_year(TRENDS["interconnect"]) if bandwidth_growth is None else bandwidth_growth
     years = check_number(years, "years", 0, open_low=True)
     cg = check_number(compute_growth, "compute_growth", 0, open_low=True)
     bg = check_number(bandwidth_growth, "bandwidth_growth", 0, open_low=True)

@@ -35,10 +35,34 @@ FULL, DENSE, PLAIN = "DGC, all four techniques", "dense SGD, momentum 0.9", "Top
 
 
 def gpt_task():
-    """The GPT the ablation trains: one block, 32 wide, 16 characters of context (about
-    10,000 parameters, so 1% keeps about 100 entries a step)."""
+    """The GPT the ablation trains: chapter 03's tiny GPT made smaller (one block, 32 wide,
+    16 characters of context); `model_parts` says how many parameters and where."""
     from ..tasks import CharGPT
     return CharGPT(n_layer=1, n_head=2, n_embd=32, block=16, max_val_windows=128)
+
+
+PARTS = (N_("embeddings"), N_("output layer"), N_("attention"), N_("MLP"), N_("norms"))
+
+
+def model_parts(task=None) -> dict:
+    """The GPT's size and where its parameters sit, counted on the model itself: blocks, width,
+    context, parameters, and the share of each part (token and position embeddings, the
+    output layer, attention, MLP, LayerNorms).
+
+    >>> parts = model_parts()
+    >>> parts["blocks"], parts["params"], round(parts["share"]["MLP"], 2)
+    (1, 19552, 0.43)
+    """
+    task = task if task is not None else gpt_task()
+    model, cfg = task.model(), task.cfg
+    count = dict.fromkeys(PARTS, 0)
+    for name, p in model.named_parameters():
+        part = ("embeddings" if name.startswith(("wte", "wpe")) else "output layer" if name.startswith("lm_head")
+                else "attention" if ".attn." in name else "MLP" if ".mlp." in name else "norms")
+        count[part] += p.numel()
+    total = sum(count.values())
+    return {"blocks": cfg.n_layer, "width": cfg.n_embd, "context": cfg.block, "params": total,
+            "count": count, "share": {k: v / total for k, v in count.items()}}
 
 
 def schedule(ratio: float, steps: int, epoch_steps: int, epochs: int = 4, start: float = 0.25):

@@ -184,22 +184,24 @@ def rounding_bias(x: torch.Tensor, bits: int = 2, draws: int = 256, chunk: int |
     return Bias(marks, out, [e_near] * len(marks), {"stochastic": sum(errs) / len(errs), "nearest": e_near})
 
 
-def tiny_updates(steps: int = 200, small: float = 0.002, big: float = 1.0, bits: int = 8, seed: int = 0) -> dict:
+def tiny_updates(steps: int = 200, small: float = 0.002, big: float = 1.0, bits: int = 8, seeds: int = 30) -> dict:
     """A weight that gets the same small push every step, sent in a chunk that also holds a
-    big entry: the push is below half a step. Returns the running sum each rounding delivers
-    (nearest rounds it to 0 forever; stochastic delivers it on average)."""
-    check_positive_int(steps, "steps")
+    big entry: the push is below half a step. Returns the running sum each rounding delivers:
+    "nearest" rounds it to 0 forever; "stochastic" is the mean over `seeds` independent runs,
+    with every run in "runs" ([seeds, steps]): each single run wanders, their mean follows the
+    truth."""
+    check_positive_int(steps, "steps"), check_positive_int(seeds, "seeds")
     x = torch.tensor([big, small])
-    sums = {"true": [], "nearest": [], "stochastic": []}
-    comps = {"nearest": Quantize(bits, None), "stochastic": Quantize(bits, None, stochastic=True, seed=seed)}
-    acc = {k: 0.0 for k in comps}
-    for t in range(1, steps + 1):
-        for k, c in comps.items():
-            acc[k] += float(c.decompress(c.compress(x))[1])
-            sums[k].append(acc[k])
-        sums["true"].append(t * small)
-    sums["step"] = big / (2 ** (bits - 1) - 1)
-    return sums
+    near = Quantize(bits, None)
+    nearest = float(near.decompress(near.compress(x))[1])
+    # every run's pair in one tensor, one scale per pair (chunk=2): one call draws for all runs,
+    # and each entry's draw is its own (a hash of the call's key and the entry's index)
+    pairs, c = x.repeat(seeds), Quantize(bits, 2, stochastic=True, seed=0)
+    got = torch.stack([c.decompress(c.compress(pairs))[1::2] for _ in range(steps)], dim=1)
+    runs = got.double().cumsum(1)
+    t = torch.arange(1, steps + 1, dtype=torch.float64)
+    return {"true": (t * small).tolist(), "nearest": (t * nearest).tolist(),
+            "stochastic": runs.mean(0).tolist(), "runs": runs.numpy(), "step": big / (2 ** (bits - 1) - 1)}
 
 
 @dataclass

@@ -16,6 +16,29 @@ from ..tables import word
 from . import verdicts
 
 
+def tiny_updates_sentence(sums: dict) -> str:
+    """`tiny_updates` in words: the true total, what rounding to nearest delivered, the range of
+    the single stochastic runs, and whether their mean lies within two standard errors of the
+    truth (unbiased, as far as these runs can tell) or outside them."""
+    import numpy as np
+    final = np.asarray(sums["runs"])[:, -1]
+    n, true, mean = len(final), sums["true"][-1], float(final.mean())
+    se = float(final.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan")
+    text = _("After {steps} steps the true total is {true:.3f}; rounding to nearest delivered {near:.3f}. "
+             "Stochastic rounding, {n} independent runs: a single run delivered between {lo:.3f} and {hi:.3f}, "
+             "their mean {mean:.3f}").format(steps=len(sums["true"]), true=true, near=sums["nearest"][-1], n=n,
+                                               lo=final.min(), hi=final.max(), mean=mean)
+    if not np.isfinite(se):
+        return verdicts.tidy(text + ".")
+    if abs(mean - true) <= 2 * se:
+        text += _(", within two standard errors (±{se:.3f}) of the truth: right on average, while any one run "
+                  "is off by chance.").format(se=2 * se)
+    else:
+        text += _(", outside two standard errors (±{se:.3f}) of the truth: these runs do not look unbiased.").format(
+            se=2 * se)
+    return verdicts.tidy(text)
+
+
 def _row(rows: list[dict], chunk) -> dict:
     return next(r for r in rows if r["chunk"] == chunk)
 

@@ -131,14 +131,14 @@ def selection_verdict(timing: SelectionTiming) -> str:
     return verdicts.tidy(text)
 
 
-def seed_claim_sentence(rows: list[dict]) -> str:
-    """The seed's "K between 0.1% and 10% cuts traffic 10-100x" against the real packets of
+def claim_sentence(rows: list[dict]) -> str:
+    """The common claim "K between 0.1% and 10% cuts traffic 10-100x" against the real packets of
     `index_cost` rows (the rows nearest 10% and 0.1% density)."""
     def near(d):
         return min(rows, key=lambda row: abs(row["density"] - d))["R"]
     lo, hi = near(0.1), near(0.001)
     at_lo, at_hi = verdicts.within(lo, 10, 100), verdicts.within(hi, 10, 100)
-    text = _("The seed says that keeping K between {a:.1%} and {b:.0%} of the entries, positions sent along, cuts "
+    text = _("A common claim: keeping K between {a:.1%} and {b:.0%} of the entries, positions sent along, cuts "
              "traffic 10-100x.").format(a=0.001, b=0.1) + " "
     text += _("Measured on real packets: **{lo:.1f}x** when {b:.0%} are kept ({lo_said}) and **{hi:.0f}x** when "
               "{a:.1%} are kept ({hi_said}).").format(lo=lo, lo_said=_describe(at_lo), hi=hi, hi_said=_describe(at_hi),

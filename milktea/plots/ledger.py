@@ -9,6 +9,25 @@ from ..tables import word
 from ..i18n import _
 
 
+def ef21_curves(case, ax=None):
+    """`ef21_case`: the distance to the optimum per step, each run's median over the seeds
+    with the band from the lowest to the highest seed."""
+    from ..experiments.ledger import EF21_RUNS
+    ax = _ax(ax, (6.4, 3.8))
+    for run, style, color in zip(EF21_RUNS, (":", "-", "-"), ("black", "tab:gray", "tab:red")):
+        e = case.errors[run]
+        ax.plot(case.steps_at, np.median(e, axis=0), linestyle=style, color=color, label=_(run))
+        ax.fill_between(case.steps_at, e.min(axis=0), e.max(axis=0), color=color, alpha=0.2, lw=0)
+    ax.set_yscale("log")
+    ax.set_xlabel(_("step"))
+    ax.set_ylabel(_("distance to the optimum"))
+    ax.legend(fontsize=8)
+    ax.set_title(_("{workers} workers with different data, Top-{k} of {d}: lines are the median of {n} "
+                   "seeds, bands their range").format(workers=case.workers, k=case.k, d=case.n_params,
+                                                      n=len(case.seeds)), fontsize=9)
+    return ax
+
+
 def ledger_night(trace: LedgerTrace, t: int, axes, item: str = "ice"):
     """Left: night t's list to choose from (ledger + new), the chosen items in colour and
     the ledger carried over; right: running totals of `item` heard by head office, with
@@ -42,8 +61,8 @@ def ledger_night(trace: LedgerTrace, t: int, axes, item: str = "ice"):
     return axes
 
 
-def seed_curves(demo, ax=None):
-    """The seed's demo: distance to the optimum ||w - w*|| per step for dense SGD, Top-K
+def story_curves(demo, ax=None):
+    """The story's demo: distance to the optimum ||w - w*|| per step for dense SGD, Top-K
     with the ledger and Top-K without it."""
     ax = _ax(ax, (6, 3.8))
     for h, label, style in ((demo.dense, "dense", "k-"), (demo.topk_ef, "Top-K + ledger", "-"),
@@ -54,7 +73,7 @@ def seed_curves(demo, ax=None):
     ax.set_xlabel(_("step"))
     ax.set_ylabel("||w - w*||")
     ax.legend(fontsize=8)
-    ax.set_title(_("the seed's toy: 1000 parameters, keep 100 a step"), fontsize=10)
+    ax.set_title(_("the shop's toy: 1000 parameters, keep 100 a step"), fontsize=10)
     return ax
 
 

@@ -93,12 +93,17 @@ def bias(b, ax=None):
 
 
 def tiny_updates(sums, ax=None):
-    """Running sum of a small repeated push, as each rounding delivers it."""
+    """Running sum of a small repeated push, as each rounding delivers it: the mean of the
+    stochastic runs, and the band that holds the middle 95% of the single runs."""
     ax = _ax(ax, (5.5, 3.2))
     steps = np.arange(1, len(sums["true"]) + 1)
+    runs = np.asarray(sums["runs"])
     ax.plot(steps, sums["true"], "k--", label=_("true sum"))
-    ax.plot(steps, sums["stochastic"], label=_("stochastic rounding"))
-    ax.plot(steps, sums["nearest"], label=_("round to nearest"))
+    ax.fill_between(steps, np.percentile(runs, 2.5, axis=0), np.percentile(runs, 97.5, axis=0), color="tab:blue",
+                    alpha=0.2, lw=0, label=_("stochastic rounding: 95% of single runs"))
+    ax.plot(steps, sums["stochastic"], color="tab:blue",
+            label=_("stochastic rounding: mean of {n} runs").format(n=runs.shape[0]))
+    ax.plot(steps, sums["nearest"], color="tab:orange", label=_("round to nearest"))
     ax.set_xlabel(_("step"))
     ax.set_ylabel(_("total delivered"))
     ax.set_title(_("a push of {v:.3g} per step, grid step {v2:.3g}").format(v=sums['true'][0], v2=sums['step']))

@@ -271,9 +271,9 @@ def test_ledger_trace_rejects_bad_input():
         L.ledger_trace(np.ones((3, 4)), k=5)
 
 
-def test_seed_index_costs():
-    rows = {r["encoding"]: r for r in L.seed_index_costs()}
-    assert rows["seed's estimate (1-byte index)"]["saving"] == pytest.approx(8.0)
+def test_story_index_costs():
+    rows = {r["encoding"]: r for r in L.story_index_costs()}
+    assert rows["the manager's estimate (1-byte index)"]["saving"] == pytest.approx(8.0)
     # reference: one real packet of 100 of 1000 entries with each encoding
     x = torch.randn(1000, generator=torch.Generator().manual_seed(0))
     assert rows["int32"]["bytes per step"] == TopK(k=100, index="int32").compress(x).nbytes

@@ -1,6 +1,7 @@
 """The quantization chapter's measurements, checked against references."""
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -64,10 +65,29 @@ def test_stochastic_average_converges_nearest_does_not(g):
 
 
 def test_tiny_push_is_lost_by_nearest_rounding():
-    s = qx.tiny_updates(steps=400, small=0.002, big=1.0, bits=8)
+    s = qx.tiny_updates(steps=400, small=0.002, big=1.0, bits=8, seeds=20)
     assert s["nearest"][-1] == 0.0
-    assert s["stochastic"][-1] == pytest.approx(0.8, rel=0.35)
+    assert s["runs"].shape == (20, 400) and len(set(s["runs"][:, -1])) > 5     # every run its own draws
+    assert s["stochastic"][-1] == pytest.approx(0.8, rel=0.1)                  # the mean of 20 runs
     assert s["step"] == pytest.approx(1 / 127)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_tiny_push_sentence_follows_the_runs(lang):
+    """Made-up runs: centred on the truth they read as unbiased, shifted they do not."""
+    from milktea.experiments.quantization_sentences import tiny_updates_sentence
+    from milktea.i18n import speaking
+    true = [0.002 * t for t in range(1, 101)]
+    base = {"true": true, "nearest": [0.0] * 100, "step": 1 / 127}
+    spread = np.linspace(-0.05, 0.05, 30)
+    fair = dict(base, runs=np.array([[v + d for v in true] for d in spread]))
+    off = dict(base, runs=np.array([[v + d + 0.05 for v in true] for d in spread]))
+    with speaking(lang):
+        a, b = tiny_updates_sentence(fair), tiny_updates_sentence(off)
+    words = {"en": ("right on average", "do not look unbiased"), "zh": ("平均而言是准的", "看起来并非无偏")}[lang]
+    assert words[0] in a and words[1] not in a
+    assert words[1] in b and words[0] not in b
+    assert "0.150" in a and "0.250" in a and "0.000" in a     # the range of single runs, nearest's total
 
 
 def test_qsgd_variance_under_bound_and_unbiased(g):

@@ -52,7 +52,7 @@ def test_selection_names_the_fastest_whichever_it_is(lang):
 ])
 def test_seed_claim_follows_the_ratios(lo, hi, words):
     rows = [{"density": 0.1, "R": lo}, {"density": 0.001, "R": hi}]
-    text = topk.seed_claim_sentence(rows)
+    text = topk.claim_sentence(rows)
     at10, at01 = text.split("when")[1], text.split("when")[2]
     assert words[0] in at10 and words[1] in at01 and words[2] in text
 
