@@ -192,6 +192,8 @@ class MomentumCorrected(ErrorFeedback):
     """Error feedback with DGC's momentum correction, for any compressor: each worker keeps a
     velocity u <- m u + g and feeds u, not g, into its ledger; train with no optimizer
     momentum (the momentum lives here). DGC is this with Top-K and its three other helpers.
+    `masking`: DGC's momentum factor masking, for a compressor whose packets list their
+    positions (Top-K, Random-K): the velocity of the entries just sent is cleared.
 
     >>> from milktea import Sign
     >>> mc = MomentumCorrected(Sign(), momentum=0.5)
@@ -200,9 +202,15 @@ class MomentumCorrected(ErrorFeedback):
     tensor([ 1.5000, -1.5000])
     """
 
-    def __init__(self, compressor: Compressor, momentum: float = 0.9):
+    def __init__(self, compressor: Compressor, momentum: float = 0.9, masking: bool = False):
         super().__init__(compressor)
         self.momentum = check_number(momentum, "momentum", 0.0, 1.0, open_high=True)
+        if not isinstance(masking, bool):
+            raise TypeError(f"masking must be True or False, got {masking!r}")
+        if masking and not callable(getattr(compressor, "sparse_parts_of", None)):
+            raise ValueError(f"masking clears the velocity where a packet sent entries: {compressor!r} does not "
+                             f"list its positions (use Top-K or Random-K, or masking=False)")
+        self.masking = masking
         self.velocity: torch.Tensor | None = None
 
     @property
@@ -212,10 +220,13 @@ class MomentumCorrected(ErrorFeedback):
     def compress(self, grad: torch.Tensor) -> Packet:
         grad = check_grad(grad, "gradient", self.compressor.nonfinite)
         with torch.no_grad():
-            if self.velocity is None or self.velocity.shape != grad.shape:
-                self.velocity = torch.zeros_like(grad, dtype=torch.float32)
+            if self.velocity is None or self.velocity.shape != grad.shape:     # float64 stays float64
+                self.velocity = torch.zeros_like(grad, dtype=self.ledger.dtype_for(grad.dtype))
             self.velocity.mul_(self.momentum).add_(grad)
         packet = self.ledger.step(self.compressor, self.velocity)
+        if self.masking:
+            idx, _ = self.compressor.sparse_parts_of(packet)
+            self.velocity.view(-1)[idx] = 0          # momentum factor masking
         self.steps += 1
         return packet
 

@@ -17,6 +17,7 @@ torchrun sets OMP_NUM_THREADS=1 when it starts several ranks per node; that is k
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -72,3 +73,23 @@ def configure() -> dict:
 
 
 configure()   # on import: milktea.kernels imports this module before numba
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch's intra-op pool at one thread inside the block, restored after: a small model
+    runs faster on one thread than on two that fight over cores shared with other programs
+    (chapter 03's GPT statistics: 58 s with two threads on a busy 2-core machine, 11 s with one).
+
+    >>> import torch
+    >>> with one_thread():
+    ...     torch.get_num_threads()
+    1
+    """
+    import torch
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)

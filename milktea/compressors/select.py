@@ -53,6 +53,26 @@ def _top_among(flat: torch.Tensor, cand: torch.Tensor, k: int, vals: torch.Tenso
     return cand[keep], vals[keep]
 
 
+def sample_size(n: int, k: int, approximate: bool = True) -> int | None:
+    """How many of n entries the sampled threshold reads to choose about k of them, or None
+    when it does not sample: at or below SMALL entries, or when the sample would be half the
+    tensor or more (a sample of at least 65,536 entries, and about TARGET_HITS of them above
+    the threshold), where an exact selection costs no more.
+
+    >>> sample_size(100_000, 1_000), sample_size(1_000_000, 10_000)
+    (None, 393846)
+    """
+    if k >= n or n <= SMALL:
+        return None
+    expect = k + 4.0 * math.sqrt(k) if approximate else 1.1 * k + 4.0 * math.sqrt(k)
+    m = _sample_count(n, expect)
+    return None if m >= n // 2 else m
+
+
+def _sample_count(n: int, expect: float) -> int:
+    return int(min(n, max(65536, TARGET_HITS * n / max(expect, 1.0))))
+
+
 def _sample_threshold(flat: torch.Tensor, expect: float, gen: torch.Generator,
                       add: torch.Tensor | None = None) -> float | None:
     """A threshold t with about `expect` entries of |flat (+ add)| above it, from a sample
@@ -62,7 +82,7 @@ def _sample_threshold(flat: torch.Tensor, expect: float, gen: torch.Generator,
     cache lines costs a fraction of what the same number of scattered reads costs.
     """
     n = flat.numel()
-    m = int(min(n, max(65536, TARGET_HITS * n / max(expect, 1.0))))
+    m = _sample_count(n, expect)
     if m >= n // 2:
         return None
     pick = torch.randint((n - n % RUN) // RUN, (m // RUN,), generator=gen, device="cpu").to(flat.device)

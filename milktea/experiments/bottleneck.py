@@ -207,7 +207,7 @@ def measure_local_allreduce(sizes=DEFAULT_SIZES, workers: int = 2, repeats: int 
     return AllReduceMeasurement(out["sizes"], out["times"], workers, out["backend"], link, out["correct"])
 
 
-def fit_sentence(m: AllReduceMeasurement, tolerance: float = 0.25) -> str:
+def fit_sentence(m: AllReduceMeasurement, tolerance: float = 0.15) -> str:
     """How well the two-parameter model follows the measured times, said from its errors:
     close (every size within ±`tolerance`) or rough (with the range of its errors)."""
     errs = m.errors()

@@ -82,14 +82,22 @@ def warm_up(task=None, steps: int = 20, batch: int = 32, lr: float = 0.1, moment
     task = _task(task)
     check_int(steps, "steps", 0), check_int(batch, "batch", 1)
     model = task.model()
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    params = list(model.parameters())
+    velocity = [None] * len(params)
     x, y = task.x_train, task.y_train
     gen = torch.Generator().manual_seed(seed)
     for _step in range(steps):
         idx = torch.randint(len(y), (batch,), generator=gen)
-        opt.zero_grad()
+        for p in params:
+            p.grad = None
         task.loss(model(x[idx]), y[idx]).mean().backward()
-        opt.step()
+        with torch.no_grad():           # torch.optim.SGD's update, written out (importing
+            for i, p in enumerate(params):   # torch.optim costs seconds on a first call)
+                if velocity[i] is None:
+                    velocity[i] = p.grad.clone()
+                else:
+                    velocity[i].mul_(momentum).add_(p.grad)
+                p.add_(velocity[i], alpha=-lr)
     return model
 
 
@@ -141,11 +149,13 @@ def gradient_stats(task=None, *, workers: int = 8, batch: int = 4, rank: int = 4
                    seed: int = 0) -> GradientStats:
     """Per-layer statistics of the GPT's gradient after `warmup_steps` of dense SGD: each of
     `workers` workers' gradient on `batch` windows of its shard, and their sum. `rank` is
-    the r of the top-r energy (PowerSGD's rank). A few seconds on 2 CPU cores."""
+    the r of the top-r energy (PowerSGD's rank). A few seconds on 2 CPU cores (one thread)."""
+    from ..threads import one_thread
     task = _task(task)
     check_int(workers, "workers", 1), check_int(batch, "batch", 1), check_int(rank, "rank", 1)
-    model = warm_up(task, warmup_steps, seed=seed)
-    grads = worker_gradients(task, model, *worker_batches(task, workers, batch, seed))
+    with one_thread():
+        model = warm_up(task, warmup_steps, seed=seed)
+        grads = worker_gradients(task, model, *worker_batches(task, workers, batch, seed))
     total_numel = sum(g[0].numel() for g in grads.values())
     norm2 = {n: float(g[0].double().pow(2).sum()) for n, g in grads.items()}
     total_norm2 = sum(norm2.values()) or 1.0

@@ -8,7 +8,6 @@ taken further, and Top-K with and without the ledger on a real task.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 
@@ -137,16 +136,11 @@ def contraction(tensor: torch.Tensor, k: int) -> tuple[float, float]:
     return left, (1 - k / x.numel()) * float(x.pow(2).sum())
 
 
-@contextlib.contextmanager
 def _one_thread():
     # The digits model is tiny: a second thread only adds synchronisation, which costs a
     # lot when the cores are shared. Restored afterwards.
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
+    from ..threads import one_thread
+    return one_thread()
 
 
 def compare_feedback(task: Task | None = None, ratio: float = 0.01, workers: int = 16, steps: int = 300,

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..compressors import Chain, Quantize, TopK
-from ..i18n import N_, _
-from ..local import AdamW, DataParallel, DiLoCo, LocalRun, OuterSGD, simulate
+from ..i18n import N_, _, count
+from ..local import SGD, AdamW, DataParallel, DiLoCo, LocalRun, OuterSGD, simulate
 from ..local.cost import bandwidth_for, local_cost
 from ..tables import word
 from . import verdicts
@@ -39,6 +39,15 @@ def ddp(lr: float = INNER_LR) -> DataParallel:
 def diloco(inner_steps: int = 100, compressor=None, lr: float = INNER_LR, **kw) -> DiLoCo:
     """DiLoCo with AdamW inside and Nesterov SGD outside (lr 0.7, momentum 0.9)."""
     return DiLoCo(inner_steps=inner_steps, inner=AdamW(lr=lr), compressor=compressor, **kw)
+
+
+def per_step(ratio: float = 0.01, lr: float = 0.3, momentum: float = 0.9) -> DataParallel:
+    """A sound per-step baseline: Top-K of every gradient with DGC's momentum correction
+    (each worker's velocity in its ledger, masked where it sent) and plain SGD at head
+    office. Error feedback keeps its promise only for an update linear in what is sent
+    (chapter 05): a ledger feeding AdamW does not. Of lr 0.3 and 1.0, tried on the tiny GPT
+    from chapter 08's warm start, 0.3 trained about as far as DDP with AdamW; 1.0 stalled."""
+    return DataParallel(SGD(lr=lr), TopK(ratio=ratio), momentum_correction=momentum)
 
 
 def int8() -> Quantize:
@@ -86,10 +95,12 @@ class Comparison:
 
 
 def compare(task, runs: dict, *, workers: int = 4, steps: int = 1000, batch: int = 8, seed: int = 1,
-            start: torch.Tensor | None = None, eval_every: int | None = None, progress: bool = False) -> Comparison:
+            start: torch.Tensor | None = None, eval_every: int | None = None, progress: bool = False,
+            into: Comparison | None = None) -> Comparison:
     """Train each of `runs` ({name: scheme, or (scheme, outages)}) for the same inner steps on
-    the same batches from the same start; the first is the reference (DDP)."""
-    rows, histories = [], {}
+    the same batches from the same start; the first is the reference (DDP). `into`: a
+    comparison to add these runs to (run them a few at a time, its first run stays the reference)."""
+    rows, histories = (into.rows, into.histories) if into is not None else ([], {})
     for name, spec in runs.items():
         scheme, outages = spec if isinstance(spec, tuple) else (spec, ())
         h = simulate(task, scheme, workers=workers, steps=steps, batch=batch, seed=seed, start=start,
@@ -103,6 +114,8 @@ def compare(task, runs: dict, *, workers: int = 4, steps: int = 1000, batch: int
                      "bytes per worker": per_worker,
                      "x fewer bytes than DDP": (ref["bytes per worker"] / per_worker) if ref else 1.0,
                      "val loss": loss, "gap to DDP": (loss / ref["val loss"] - 1) if ref else 0.0})
+    if into is not None:
+        return into
     return Comparison(rows, histories)
 
 
@@ -159,7 +172,9 @@ def _ratio(x: float, target: float | None = None) -> str:
 
 # --- why per-step compression stops paying ----------------------------------------------------
 # dense BF16 FLOP/s, scale-out link per GPU in Gbit/s (NVIDIA's data sheets; the course's sources)
-HARDWARE = {"A100": (312e12, 200), "H100": (989e12, 400), "B200": (2.25e15, 800)}
+# B200 servers (DGX/HGX B200) still give each GPU one 400 Gbit/s ConnectX-7 port; 800 comes with
+# ConnectX-8, on B300.
+HARDWARE = {"A100": (312e12, 200), "H100": (989e12, 400), "B200": (2.25e15, 400)}
 LINKS = {"NVLink 4 (450 GB/s)": 450e9, "InfiniBand NDR (400 Gbit/s)": 50e9, "10 GbE": 1.25e9, "1 Gbit/s": 125e6}
 
 
@@ -181,6 +196,22 @@ def exchange_seconds(params: float = 8e9, workers: int = 64, inner_steps: int = 
         rows.append({_("link"): name, _("DDP s per step"): dense,
                      _("DiLoCo s per step (H={H}, {bits}-bit)").format(H=inner_steps, bits=bits): local})
     return rows
+
+
+def exchange_sentence(rows: list[dict], params: float = 8e9, inner_steps: int = 100, bits: int = 8) -> str:
+    """`exchange_seconds` in words: DDP over InfiniBand and over a 1 Gbit/s line, and local
+    steps with `bits`-bit reports over that line, against DDP over InfiniBand."""
+    ib, slow = rows[1], rows[3]
+    dense, local = list(ib)[1], list(ib)[2]
+    said = verdicts.relative(slow[local], ib[dense], _("DDP over InfiniBand"), digits=2)
+    if said.kind == "equal":
+        said = _("the same as DDP over InfiniBand")
+    return _("A model of {p} parameters has {gb:.0f} GB of fp32 gradients; a ring all-reduce sends about twice that "
+             "per GPU, every step. Over InfiniBand that costs **{ib:.2f} s** per step; over a 1 Gbit/s line "
+             "**{slow:.0f} s**. Exchanging {bits}-bit reports once every {H} steps over the same 1 Gbit/s line costs "
+             "**{local:.2f} s** per step: {said}.").format(
+        p=count(params), gb=params * 4 / 1e9, ib=ib[dense], slow=slow[dense], bits=bits, H=inner_steps,
+        local=slow[local], said=said)
 
 
 def real_ratio(params: int, inner_steps: int = 100, compressor=None) -> dict:

@@ -20,7 +20,7 @@ from .. import index as index_codec
 from ..checks import check_grad, check_k, check_ratio
 from ..compressors import TopK
 from ..device import pick_device
-from ..tables import word
+from ..tables import joined, word
 from ..i18n import _
 from . import verdicts
 from ..timing import median, time_it
@@ -128,7 +128,19 @@ def selection_verdict(timing: SelectionTiming) -> str:
     if "sampled threshold" in timing.counts and "torch.topk" in timing.counts:
         text += " " + _("The sampled threshold returned {got:,} entries for K = {k:,}.").format(
             got=timing.counts["sampled threshold"][-1], k=timing.counts["torch.topk"][-1])
+        exact = [m for m, s in zip(timing.sizes, sampled_at(timing)) if not s]
+        if exact:
+            text += " " + _("At the sizes where it did not sample (n = {sizes}), a sample big enough to trust would "
+                            "be half the tensor or more, so it falls back to an exact selection: those points time "
+                            "that path.").format(
+                sizes=joined([f"{m:,}" for m in exact]))
     return verdicts.tidy(text)
+
+
+def sampled_at(timing: SelectionTiming) -> list[bool]:
+    """For each size of the race: did the sampled threshold really sample (else it selected exactly)?"""
+    from ..compressors.select import sample_size
+    return [sample_size(n, max(1, int(round(timing.density * n)))) is not None for n in timing.sizes]
 
 
 def claim_sentence(rows: list[dict]) -> str:

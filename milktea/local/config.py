@@ -108,10 +108,17 @@ class DiLoCo:
 class DataParallel:
     """Synchronous data parallelism for comparison: every step the workers' gradients are
     averaged (through `compressor`, with a ledger when biased) and one optimizer steps.
-    With compressor=None this is what DDP does."""
+    With compressor=None this is what DDP does.
+
+    momentum_correction: DGC's per-step scheme (chapter 04): each worker keeps a velocity
+    u <- m u + g with this m, feeds u into its ledger and clears the velocity where its
+    packet sent entries (momentum factor masking, for Top-K and Random-K); head office
+    applies the average with plain SGD (`optimizer=SGD(lr)`, no momentum of its own). The
+    sound way to put error feedback under momentum, where a ledger feeding AdamW is not."""
     optimizer: object = field(default_factory=AdamW)
     compressor: object = None
     error_feedback: bool | None = None
+    momentum_correction: float = 0.0
 
     def __post_init__(self):
         if not isinstance(self.optimizer, INNER):
@@ -120,6 +127,13 @@ class DataParallel:
         check_compressor(self.compressor)
         if self.error_feedback not in (None, True, False):
             raise TypeError(f"error_feedback must be True, False or None (automatic), got {self.error_feedback!r}")
+        m = check_number(self.momentum_correction, "momentum_correction", 0, 1, open_high=True)
+        if m and (self.compressor is None or self.error_feedback is False):
+            raise ValueError("momentum_correction keeps the velocity in each worker's ledger: give a compressor, "
+                             "with error feedback")
+        if m and (self.optimizer.name != "sgd" or self.optimizer.momentum):
+            raise ValueError(f"with momentum_correction the momentum lives on the workers: head office applies "
+                             f"the average with plain SGD (optimizer=SGD(lr=...), momentum 0), got {self.optimizer!r}")
 
     inner_steps = 1
 
@@ -127,13 +141,16 @@ class DataParallel:
     def uses_feedback(self) -> bool:
         if self.compressor is None:
             return False
+        if self.momentum_correction:
+            return True
         return bool(self.compressor.biased) if self.error_feedback is None else self.error_feedback
 
     @property
     def label(self) -> str:
         if self.compressor is None:
             return "ddp"
-        return "ddp " + self.compressor.name + ("+ef" if self.uses_feedback else "")
+        return ("ddp " + self.compressor.name + ("+ef" if self.uses_feedback else "")
+                + ("+mc" if self.momentum_correction else ""))
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ class Core:
         self.rows = theta.expand(len(self.ranks), -1).clone() if self.local else theta.view(1, -1)
         self.opt_state = self.optimizer.start(self.rows)
         self.outer_state = [{} for _ in self.slices]
-        self.reports = Reports(scheme.compressor, scheme.uses_feedback, self.ranks, len(self.slices))
+        self.reports = Reports(scheme.compressor, scheme.uses_feedback, self.ranks, len(self.slices),
+                               momentum=getattr(scheme, "momentum_correction", 0.0))
         self.schedule = Schedule(self.H, len(self.slices), scheme.overlap if self.local else 0)
         self.t = 0                                       # inner steps done
         self.tokens = [[0] * len(self.slices) for _ in self.ranks]

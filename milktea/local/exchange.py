@@ -25,7 +25,7 @@ import copy
 
 import torch
 
-from ..feedback import ErrorFeedback
+from ..feedback import ErrorFeedback, MomentumCorrected
 from ..packet import Packet
 
 
@@ -63,16 +63,22 @@ def torch_kernels():
 
 class Reports:
     """One sender per (worker, fragment): a fork of `compressor` (its own random stream),
-    inside an ErrorFeedback ledger when `feedback`; compressor None sends fp32."""
+    inside an ErrorFeedback ledger when `feedback` (with `momentum`: DGC's momentum
+    correction, the velocity in the ledger, masked where sparse packets sent entries);
+    compressor None sends fp32."""
 
-    def __init__(self, compressor, feedback: bool, workers, fragments: int):
+    def __init__(self, compressor, feedback: bool, workers, fragments: int, momentum: float = 0.0):
         self.compressor, self.feedback = compressor, bool(feedback and compressor is not None)
         self.senders = {}
         if compressor is not None:
+            masking = callable(getattr(compressor, "sparse_parts_of", None))
             for w in workers:
                 for p in range(fragments):
                     own = compressor.fork(w, p)
-                    self.senders[w, p] = ErrorFeedback(own) if self.feedback else own
+                    if self.feedback and momentum:
+                        self.senders[w, p] = MomentumCorrected(own, momentum, masking=masking)
+                    else:
+                        self.senders[w, p] = ErrorFeedback(own) if self.feedback else own
 
     def send(self, worker: int, fragment: int, delta: torch.Tensor) -> tuple[Packet | torch.Tensor, int]:
         """(what goes on the wire, its bytes): a Packet, or the fp32 tensor itself when dense."""
@@ -148,9 +154,12 @@ def _load_compressor(c, state: dict) -> None:
 
 def _sender_state(s) -> dict:
     if isinstance(s, ErrorFeedback):
-        r = s.residual
-        return {"residual": None if r is None else r.clone(), "steps": s.steps,
-                "compressor": _compressor_state(s.compressor)}
+        r, v = s.residual, getattr(s, "velocity", None)
+        state = {"residual": None if r is None else r.clone(), "steps": s.steps,
+                 "compressor": _compressor_state(s.compressor)}
+        if isinstance(s, MomentumCorrected):
+            state["velocity"] = None if v is None else v.clone()
+        return state
     return {"compressor": _compressor_state(s)}
 
 
@@ -159,6 +168,9 @@ def _load_sender(s, state: dict) -> None:
         r = state["residual"]
         s.residual = None if r is None else r.clone()
         s.steps = int(state["steps"])
+        if isinstance(s, MomentumCorrected):
+            v = state.get("velocity")
+            s.velocity = None if v is None else v.clone()
         _load_compressor(s.compressor, state["compressor"])
     else:
         _load_compressor(s, state["compressor"])

@@ -46,11 +46,26 @@ def test_selection_names_the_fastest_whichever_it_is(lang):
     assert ("tie" in topk.selection_verdict(tie)) if lang == "en" else ("打平" in topk.selection_verdict(tie))
 
 
+def test_selection_says_where_the_sampler_fell_back(lang):
+    """Sizes too small to sample are named (they time the exact path); a race at sizes that all
+    sample says nothing of it."""
+    def race(sizes):
+        t = topk.SelectionTiming(list(sizes), 0.01, "cpu", 1)
+        for name in ("full sort", "partition", "torch.topk", "sampled threshold"):
+            t.times[name], t.noise[name], t.counts[name] = [1.0] * len(sizes), [0.02] * len(sizes), [10] * len(sizes)
+        return t
+    assert topk.sampled_at(race([10_000, 100_000, 1_000_000])) == [False, False, True]
+    small, big = topk.selection_verdict(race([10_000, 100_000, 1_000_000])), topk.selection_verdict(race([2_000_000]))
+    assert "10,000" in small and "100,000" in small
+    said = "exact selection" if lang == "en" else "精确选择"
+    assert said in small and said not in big
+
+
 @pytest.mark.parametrize("lo, hi, words", [
     (8.0, 565.0, ("below", "beyond", "off by more")), (20.0, 80.0, ("inside", "inside", "right order")),
     (2.0, 50.0, ("below", "inside", "off by more")),
 ])
-def test_seed_claim_follows_the_ratios(lo, hi, words):
+def test_claim_follows_the_ratios(lo, hi, words):
     rows = [{"density": 0.1, "R": lo}, {"density": 0.001, "R": hi}]
     text = topk.claim_sentence(rows)
     at10, at01 = text.split("when")[1], text.split("when")[2]
