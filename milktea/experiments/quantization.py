@@ -197,7 +197,7 @@ def tiny_updates(steps: int = 200, small: float = 0.002, big: float = 1.0, bits:
     # every run's pair in one tensor, one scale per pair (chunk=2): one call draws for all runs,
     # and each entry's draw is its own (a hash of the call's key and the entry's index)
     pairs, c = x.repeat(seeds), Quantize(bits, 2, stochastic=True, seed=0)
-    got = torch.stack([c.decompress(c.compress(pairs))[1::2] for _ in range(steps)], dim=1)
+    got = torch.stack([c.decompress(c.compress(pairs))[1::2] for _step in range(steps)], dim=1)
     runs = got.double().cumsum(1)
     t = torch.arange(1, steps + 1, dtype=torch.float64)
     return {"true": (t * small).tolist(), "nearest": (t * nearest).tolist(),

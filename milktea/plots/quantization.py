@@ -100,7 +100,7 @@ def tiny_updates(sums, ax=None):
     runs = np.asarray(sums["runs"])
     ax.plot(steps, sums["true"], "k--", label=_("true sum"))
     ax.fill_between(steps, np.percentile(runs, 2.5, axis=0), np.percentile(runs, 97.5, axis=0), color="tab:blue",
-                    alpha=0.2, lw=0, label=_("stochastic rounding: 95% of single runs"))
+                    alpha=0.2, lw=0, label=_("stochastic rounding: {share:.0%} of single runs").format(share=0.95))
     ax.plot(steps, sums["stochastic"], color="tab:blue",
             label=_("stochastic rounding: mean of {n} runs").format(n=runs.shape[0]))
     ax.plot(steps, sums["nearest"], color="tab:orange", label=_("round to nearest"))

@@ -74,9 +74,9 @@ def test_claim_follows_the_ratios(lo, hi, words):
 
 @pytest.mark.parametrize("lo, hi, end", [(2.0, 50.0, 0.1), (20.0, 900.0, 0.001), (2.0, 900.0, None),
                                          (8.0, 250.0, "")])
-def test_seed_claim_says_which_end_is_off(lo, hi, end, lang):
+def test_claim_says_which_end_is_off(lo, hi, end, lang):
     """Off by more than 3x at the 10% end, the 0.1% end, both, or neither: the sentence names which."""
-    text = topk.seed_claim_sentence([{"density": 0.1, "R": lo}, {"density": 0.001, "R": hi}])
+    text = topk.claim_sentence([{"density": 0.1, "R": lo}, {"density": 0.001, "R": hi}])
     verdict = text.split("。" if lang == "zh" else ". ")[-3 if lang == "zh" else -3]
     if end == "":
         assert ("right order" in text) if lang == "en" else ("数量级" in text)

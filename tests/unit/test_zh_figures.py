@@ -169,8 +169,10 @@ def _ledger(name):
     fig = _fig()
     if name == "ledger_night":
         p.ledger_night(lx.ledger_trace(), 2, fig.subplots(1, 2))
-    elif name == "seed_curves":
-        p.seed_curves(lx.seed_demo(steps=5), fig.subplots())
+    elif name == "story_curves":
+        p.story_curves(lx.story_demo(steps=5), fig.subplots())
+    elif name == "ef21_curves":
+        p.ef21_curves(lx.ef21_case(seeds=range(2), steps=20, workers=2, n_params=20, k=2), fig.subplots())
     elif name == "feedback_runs":
         runs = _digits_runs()
         p.feedback_runs({"dense": runs[0], "Top-K + ledger": runs[2], "Top-K, no ledger": runs[1]}, fig.subplots(1, 2))
