@@ -2,8 +2,8 @@
 
 Code names a run by a short id built from the compressors' names: ``dense``, ``sign+ef``,
 ``topk-1%+ef``, ``approx-topk-1%+ef``, ``int4-stoch``, ``powersgd-r4-batched+ef``,
-``sign+ef2/car`` (the compressed all-reduce), ``ddp topk-1%+ef`` and ``diloco H=50 P=4
-int8+ef`` (milktea.local), ``1bit-adam(sign, warmup 20)``. English readers see the id as
+``sign+ef2/car`` (the compressed all-reduce), ``ddp topk-1%+ef``, ``ddp topk-1%+ef+mc`` (DGC's
+momentum correction) and ``diloco H=50 P=4 int8+ef`` (milktea.local), ``1bit-adam(sign, warmup 20)``. English readers see the id as
 it is; `scheme_id` says it in Chinese, piece by piece, for `milktea.tables.word`, the one
 function tables, figures and sentences show names through::
 
@@ -26,7 +26,7 @@ from .i18n import N_, _, language
 # The words of an id, as the catalog has them (milktea.tables.VALUES holds dense and sign).
 _WORDS = {"ef": "EF", "ef2": "EF", "ddp": "DDP", "adam": "Adam", "terngrad": "TernGrad"}
 _SHARE = r"(\d+(?:\.\d+)?%|k=\d+)"
-_TEMPLATES = (N_("approx {name}"), N_("{name} with stochastic rounding"), N_("{name} (compressed all-reduce)"),
+_TEMPLATES = (N_("approx {name}"), N_("{name}, momentum corrected"), N_("{name} with stochastic rounding"), N_("{name} (compressed all-reduce)"),
               N_("PowerSGD r{rank} batched"), N_("DDP ({scheme})"), N_("{name} ({scheme})"),
               N_("1-bit Adam ({scheme}, warm-up {n} steps)"))
 
@@ -60,7 +60,11 @@ def _piece(p: str) -> str | None:
 
 
 def _chain(text: str) -> str | None:
-    """Compressor names joined by + (a chain, then +ef), or None if a piece is not one."""
+    """Compressor names joined by + (a chain, then +ef, then +mc: DGC's momentum correction),
+    or None if a piece is not one."""
+    if text.endswith("+mc"):
+        inner = _chain(text[:-len("+mc")])
+        return inner and _("{name}, momentum corrected").format(name=inner)
     parts = [_piece(p) for p in text.split("+")]
     return None if None in parts else "+".join(parts)
 
