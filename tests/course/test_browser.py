@@ -616,6 +616,9 @@ def test_exercise_opens_from_the_file_browser_and_checks_itself(lab, page, wall_
     prints the public tests' report."""
     t0 = time.monotonic()
     before = EXERCISE.read_bytes()
+    checkpoints = EXERCISE.parent / ".ipynb_checkpoints"     # JupyterLab keeps one for an opened notebook
+    had_checkpoints = checkpoints.exists()
+    request_cleanup = lambda: had_checkpoints or shutil.rmtree(checkpoints, ignore_errors=True)  # noqa: E731
     page.goto(f"{lab.url}/lab?reset&token={lab.token}")
     item = lambda name: page.locator(".jp-DirListing-item").filter(
         has=page.locator(".jp-DirListing-itemText", has_text=re.compile(rf"^{re.escape(name)}$")))
@@ -651,6 +654,8 @@ def test_exercise_opens_from_the_file_browser_and_checks_itself(lab, page, wall_
     report = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell").last.inner_text()
     assert "Score on the public tests: 0/" in report, report[-1500:]
     assert EXERCISE.read_bytes() == before, "the browser session wrote to the exercise"
+    lab.shutdown_kernels()
+    request_cleanup()
     shot = SHOTS / "exercise_checked.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(shot))
