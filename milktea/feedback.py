@@ -19,6 +19,7 @@ from .checks import check_grad, check_int, check_number, check_ratio
 from .compressors import Compressor, TopK
 from .ledger import Ledger
 from .packet import Packet
+from .velocity import Velocity
 
 
 class ErrorFeedback:
@@ -145,7 +146,7 @@ class DGC(ErrorFeedback):
         self.warmup_steps, self.start_ratio = warmup_steps, check_ratio(start_ratio)
         self.momentum_correction, self.masking = momentum_correction, masking
         self.clip = None if clip is None else check_number(clip, "clip", 0, open_low=True)
-        self.velocity: torch.Tensor | None = None
+        self.momentum_state = Velocity(momentum)
 
     def __repr__(self) -> str:
         return (f"DGC(ratio={self.final_ratio:g}, momentum={self.momentum:g}, "
@@ -163,29 +164,32 @@ class DGC(ErrorFeedback):
                 if norm > self.clip:
                     grad = grad * (self.clip / norm)
             r = self.ledger.tensor_for(grad)
-            if self.momentum_correction:
-                if self.velocity is None:
-                    self.velocity = torch.zeros_like(grad)
-                self.velocity.mul_(self.momentum).add_(grad)
-                r.add_(self.velocity)
-            else:
-                r.add_(grad)
+            r.add_(self.momentum_state.step(grad) if self.momentum_correction else grad)
             packet = self.compressor._compress(r)
             self.compressor.subtract_sent(r, packet)
             if self.momentum_correction and self.masking:
                 idx, _ = self.compressor.sparse_parts_of(packet)
-                self.velocity.view(-1)[idx] = 0          # momentum factor masking
+                self.momentum_state.mask(idx)             # momentum factor masking
         self.steps += 1
         return packet
 
+    @property
+    def velocity(self) -> torch.Tensor | None:
+        """The worker's velocity u (momentum correction; None before the first step)."""
+        return self.momentum_state.tensor
+
+    def reset(self) -> None:
+        super().reset()
+        self.momentum_state.reset()
+
     def state_dict(self):
         state = super().state_dict()
-        state["velocity"] = None if self.velocity is None else self.velocity.clone()
+        state["velocity"] = self.momentum_state.state_dict()
         return state
 
     def load_state_dict(self, state):
         super().load_state_dict(state)
-        self.velocity = None if state.get("velocity") is None else state["velocity"].clone()
+        self.momentum_state.load_state_dict(state["velocity"])
 
 
 class MomentumCorrected(ErrorFeedback):
@@ -204,38 +208,43 @@ class MomentumCorrected(ErrorFeedback):
 
     def __init__(self, compressor: Compressor, momentum: float = 0.9, masking: bool = False):
         super().__init__(compressor)
-        self.momentum = check_number(momentum, "momentum", 0.0, 1.0, open_high=True)
+        self.momentum_state = Velocity(momentum)
+        self.momentum = self.momentum_state.momentum
         if not isinstance(masking, bool):
             raise TypeError(f"masking must be True or False, got {masking!r}")
         if masking and not callable(getattr(compressor, "sparse_parts_of", None)):
             raise ValueError(f"masking clears the velocity where a packet sent entries: {compressor!r} does not "
                              f"list its positions (use Top-K or Random-K, or masking=False)")
         self.masking = masking
-        self.velocity: torch.Tensor | None = None
 
     @property
     def name(self) -> str:
         return f"{self.compressor.name}+ef+mc"
 
+    @property
+    def velocity(self) -> torch.Tensor | None:
+        """The worker's velocity u (None before the first step)."""
+        return self.momentum_state.tensor
+
     def compress(self, grad: torch.Tensor) -> Packet:
         grad = check_grad(grad, "gradient", self.compressor.nonfinite)
-        with torch.no_grad():
-            if self.velocity is None or self.velocity.shape != grad.shape:     # float64 stays float64
-                self.velocity = torch.zeros_like(grad, dtype=self.ledger.dtype_for(grad.dtype))
-            self.velocity.mul_(self.momentum).add_(grad)
-        packet = self.ledger.step(self.compressor, self.velocity)
+        packet = self.ledger.step(self.compressor, self.momentum_state.step(grad))
         if self.masking:
             idx, _ = self.compressor.sparse_parts_of(packet)
-            self.velocity.view(-1)[idx] = 0          # momentum factor masking
+            self.momentum_state.mask(idx)            # momentum factor masking
         self.steps += 1
         return packet
 
+    def reset(self) -> None:
+        super().reset()
+        self.momentum_state.reset()
+
     def state_dict(self) -> dict:
         state = super().state_dict()
-        state["velocity"] = None if self.velocity is None else self.velocity.clone()
+        state["velocity"] = self.momentum_state.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.velocity = None if state.get("velocity") is None else state["velocity"].clone()
+        self.momentum_state.load_state_dict(state["velocity"])
 

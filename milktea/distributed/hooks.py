@@ -41,6 +41,7 @@ from milktea import cost
 from milktea.distributed import protocols
 from milktea.distributed.comm import Comm, default_timeout
 from milktea.distributed.link import EmulatedLink
+from milktea.distributed.momentum import MomentumCorrection
 from milktea.distributed.stats import StatsLog
 from milktea.checks import check_choice, check_int
 
@@ -95,7 +96,7 @@ class CompressionState:
     def __init__(self, model, compressor=None, *, error_feedback: bool = False, min_size: int = 1024,
                  dense: Sequence[str] | Callable[[str], bool] = (), start_step: int = 1,
                  link: EmulatedLink | None = None, group=None, policy: str = "always",
-                 model_link=None, keep_stats: int | None = None):
+                 model_link=None, keep_stats: int | None = None, momentum: float | None = None):
         from torch.nn.parallel import DistributedDataParallel as DDP
         if not isinstance(model, DDP):
             raise TypeError(f"model must be a torch DistributedDataParallel model, got {type(model).__name__}; "
@@ -131,6 +132,8 @@ class CompressionState:
         self.protocol = (protocols.get(self.protocol_name)(compressor, error_feedback, self.rank, self.world)
                          if compressor is not None else None)
         self.step = 0                                   # synchronised backward passes (saved)
+        # momentum correction: every parameter's gradient replaced by its velocity, by name (saved)
+        self.momentum = None if momentum is None else MomentumCorrection(model, momentum)
         self.plans: dict[tuple, BucketPlan] = {}        # keyed by the bucket's parameter names
         self.decisions: dict[tuple, dict] = {}          # the auto policy's reasons, per bucket
         named = list(model.module.named_parameters())
@@ -164,6 +167,8 @@ class CompressionState:
         return BucketPlan(segments)
 
     def hook(self, bucket) -> torch.futures.Future:
+        if self.momentum is not None:
+            self.momentum.correct(bucket)
         buf, last = bucket.buffer(), bucket.is_last()
         step, plan, used = self.step, None, ()
         if self.protocol is not None and step >= self.start_step:
@@ -296,7 +301,8 @@ class CompressionState:
         return {"format": STATE_FORMAT, "rank": self.rank, "world": self.world, "step": self.step,
                 "protocol": self.protocol_name, "compressor": repr(self.compressor),
                 "error_feedback": self.error_feedback,
-                "params": self.protocol.state_dict() if self.protocol is not None else None}
+                "params": self.protocol.state_dict() if self.protocol is not None else None,
+                "momentum": self.momentum.state_dict() if self.momentum is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore what `state_dict()` returned on the same rank of a run of the same size."""
@@ -311,11 +317,16 @@ class CompressionState:
             raise ValueError(f"this hook state is for {state['compressor']} (error_feedback="
                              f"{state['error_feedback']}); this hook runs {self.compressor!r} "
                              f"(error_feedback={self.error_feedback})")
+        if (state.get("momentum") is None) != (self.momentum is None):
+            raise ValueError(f"this hook state was saved {'without' if state.get('momentum') is None else 'with'} "
+                             f"momentum correction; build the hook with the same momentum= option")
         self._drain()
         self.step = int(state["step"])
         self._used.clear()
         if self.protocol is not None:
             self.protocol.load_state_dict(state["params"], device=self._device)
+        if self.momentum is not None:
+            self.momentum.load_state_dict(state["momentum"], device=self._device)
 
     def _drain(self) -> None:
         """Wait until the communication thread has finished every bucket handed to it."""
@@ -350,7 +361,10 @@ def compress(model, compressor=None, error_feedback: bool = False, **options) ->
     patterns or a function: these stay dense), start_step (dense before it, default 1),
     link (an EmulatedLink), group (a process group to use instead of a new one), policy
     ("always", or "auto": compress a bucket only where the model_link cost model says it
-    pays), keep_stats (how many steps of statistics to keep).
+    pays), keep_stats (how many steps of statistics to keep), momentum (momentum correction:
+    each parameter's gradient becomes this rank's velocity u <- m u + g before anything else,
+    saved with the state; train with an optimizer without momentum, see
+    `milktea.distributed.momentum`).
 
     >>> state = compress(ddp_model, TopK(ratio=0.01), error_feedback=True)  # doctest: +SKIP
     """

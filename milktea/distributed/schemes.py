@@ -39,7 +39,7 @@ MILKTEA = {
     "bf16": ("bf16", lambda r, k: Cast(torch.bfloat16), False),
     "auto": ("auto (approx Top-{pct}+EF where it pays)", lambda r, k: TopK(r, approximate=True), True),
     # biased schemes run as chapter 04 recommends: the momentum before the compressor
-    # (distributed.momentum.MomentumCorrection), the optimizer without momentum
+    # (the hook's momentum= option, distributed.momentum), the optimizer without momentum
     "topk-mc": ("approx Top-{pct}+EF, momentum corrected", lambda r, k: TopK(r, approximate=True), True),
     "sign-mc": ("Sign+EF, momentum corrected", lambda r, k: Sign(), True),
 }
@@ -231,10 +231,7 @@ def build(name: str, model, *, ratio: float = 0.01, rank: int = 4, link: Emulate
         if name == "auto":
             options.update(policy="auto", model_link=model_link)
         if corrects_momentum(name):
-            from milktea.distributed.momentum import MomentumCorrection, call
-            state = hooks.CompressionState(model, factory(ratio, rank), **options)
-            model.register_comm_hook(MomentumCorrection(state.hook, momentum), call)
-        else:
-            state = hooks.compress(model, factory(ratio, rank), **options)
+            options.update(momentum=momentum)
+        state = hooks.compress(model, factory(ratio, rank), **options)
         log = state.stats
     return Handle(name, label(name, ratio, rank), log, state)

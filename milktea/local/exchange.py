@@ -170,7 +170,7 @@ def _load_sender(s, state: dict) -> None:
         s.steps = int(state["steps"])
         if isinstance(s, MomentumCorrected):
             v = state.get("velocity")
-            s.velocity = None if v is None else v.clone()
+            s.momentum_state.tensor = None if v is None else v.clone()
         _load_compressor(s.compressor, state["compressor"])
     else:
         _load_compressor(s, state["compressor"])
