@@ -17,7 +17,9 @@ SPECS = [("topk", TopK(0.1), True), ("topk-approx", TopK(0.1, approximate=True),
          ("randomk", RandomK(0.1), True), ("int4-stochastic", Quantize(4, stochastic=True), False),
          ("qsgd", QSGD(4), False), ("terngrad", TernGrad(), False), ("sign", Sign(), True),
          ("topk-int8-stochastic", Chain(TopK(0.1), Quantize(8, stochastic=True)), True),
-         ("powersgd", PowerSGD(2), True), ("fp16", Cast(torch.float16), True), ("dense", None, False)]
+         ("powersgd", PowerSGD(2), True), ("powersgd-noef", PowerSGD(2), False),
+         ("powersgd-batched", PowerSGD(2, batched=True), True), ("fp16", Cast(torch.float16), True),
+         ("dense", None, False)]
 
 
 # Three ranks: every parameter compressed (min_size=0). Packets are decoded and summed in rank

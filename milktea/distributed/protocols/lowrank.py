@@ -62,10 +62,14 @@ class LowRank(Protocol):
 
     def _matrix(self, it, v):
         """The matrix to compress: under error feedback the ledger itself, after
-        ledger += gradient (so the ledger's update later is one in-place pass), else the
-        gradient (the bucket itself when it is float32)."""
+        ledger += gradient (so the ledger's update later is one in-place pass), else a
+        float32 copy of the gradient. A copy even of a float32 bucket: a BLAS product's
+        bits depend on where its operand starts in memory (on one CPU, M Q with a warm-start
+        Q differs in the last bits when M starts 4 bytes off a 16-byte boundary), and DDP
+        puts a parameter at another offset after it rebuilds its buckets, or in a resumed
+        process; the ledger and a copy are allocations of their own, aligned alike."""
         if not (self.error_feedback and it.used):
-            return v.float()
+            return v.to(torch.float32, copy=True)
         led = self.ledger(it.name)
         if led.residual is None:
             led.residual = v.to(torch.float32, copy=True)
@@ -135,9 +139,11 @@ class BatchedLowRank(LowRank):
     batched_powerSGD_hook: every item of the bucket (any shape, biases too) is flattened,
     concatenated and zero-padded into one n x n matrix M, n = ceil(sqrt(numel)); then the
     same two all-reduces as `LowRank`, of one P (n x r) and one Q (n x r). The warm start
-    and the ledger (n x n, float32, padding included) belong to the bucket: they are kept
-    under the bucket's parameter names joined by "|", so a saved state comes back into the
-    same buckets (another bucketing starts its buckets afresh).
+    and the ledger (n x n, float32, padding included) belong to a group of parameters, the
+    bucket that first held them: they are kept under its parameter names joined by "|". A
+    bucket made of known groups runs each as before (a resumed process's first step has
+    DDP's first layout, whose buckets hold the rebuilt ones: it resumes bit for bit); any
+    other bucket becomes a new group, and the groups it overlaps are dropped.
 
     >>> from milktea import PowerSGD
     >>> BatchedLowRank.side(10), BatchedLowRank(PowerSGD(4, batched=True)).accepts((7,))   # biases join
@@ -155,6 +161,23 @@ class BatchedLowRank(LowRank):
         return n if n * n == numel else n + 1
 
     def _run(self, comm, items, step):
+        for group in self._groups(items):
+            self._run_group(comm, group, step)
+
+    def _groups(self, items) -> list:
+        """The matrices of a bucket: its known groups if it is made of them, else itself."""
+        by_name = {it.name: it for it in items}
+        groups = [[by_name[n] for n in key.split("|")] for key in self.coders
+                  if all(n in by_name for n in key.split("|"))]
+        if sorted(it.name for g in groups for it in g) == sorted(by_name):
+            return groups
+        names = set(by_name)
+        for key in [k for k in self.coders if names.intersection(k.split("|"))]:
+            del self.coders[key]                 # these parameters now belong to the new group
+            self.ledgers.pop(key, None)
+        return [items]
+
+    def _run_group(self, comm, items, step):
         t0 = time.perf_counter()
         key = "|".join(it.name for it in items)
         flats = [it.tensor.view(-1) for it in items]
