@@ -1,8 +1,12 @@
 """Where tensors live, and what this machine offers.
 
-Every device choice in milktea goes through `pick_device()`: CUDA when there is
-a GPU, else the CPU. `environment_report()` is what `python -m milktea doctor`
-prints.
+Every device choice in milktea goes through `pick_device()`: MILKTEA_DEVICE when it
+is set, else CUDA when there is a GPU, else the CPU. A rank of a distributed run asks
+`rank_device()`, which applies the same rule and gives local rank r the GPU cuda:r;
+`backend_for(device)` is the process group's backend that goes with it ("nccl" on
+CUDA, else "gloo"): the launcher, the training entry points and the memory benchmark
+all decide through these two. `environment_report()` is what `python -m milktea
+doctor` prints.
 
     >>> from milktea.device import pick_device
     >>> pick_device("cpu")
@@ -27,23 +31,26 @@ ENV_VAR = "MILKTEA_DEVICE"
 _DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda)(:\d+)?$")
 
 
-def pick_device(prefer: str | None = None) -> torch.device:
+def pick_device(prefer: str | torch.device | None = None, *, name: str = "prefer") -> torch.device:
     """Return the device to compute on.
 
     Order: `prefer` if given, else the environment variable MILKTEA_DEVICE if set,
     else CUDA when available, else CPU. Accepted values: "auto", "cpu", "cuda",
     "cuda:N", "mps". Asking for a device this machine does not have raises
-    ValueError rather than silently running elsewhere.
+    ValueError rather than silently running elsewhere. `name`: what the caller calls
+    `prefer`, for the error message (simulate's `device`).
 
         >>> pick_device("cpu").type
         'cpu'
     """
-    source = "argument prefer"
+    source = f"argument {name}"
     if prefer is None:
         prefer = os.environ.get(ENV_VAR) or "auto"
         source = f"environment variable {ENV_VAR}" if os.environ.get(ENV_VAR) else "default"
+    if isinstance(prefer, torch.device):
+        prefer = str(prefer)
     if not isinstance(prefer, str):
-        raise TypeError(f"pick_device: {source} must be a str like 'cpu' or 'cuda', "
+        raise TypeError(f"pick_device: {source} must be a str like 'cpu' or 'cuda' (or a torch.device), "
                         f"got {type(prefer).__name__}")
     want = prefer.strip().lower()
     if not _DEVICE_RE.match(want) or want.startswith(("auto:", "cpu:", "mps:")):
@@ -71,6 +78,54 @@ def pick_device(prefer: str | None = None) -> torch.device:
                            f"{torch.cuda.device_count()} CUDA device(s) exist "
                            f"(cuda:0 .. cuda:{torch.cuda.device_count() - 1})")
     return dev
+
+
+def rank_device(backend: str | None = None, *, local_rank: int | None = None,
+                local_world: int | None = None, prefer: str | None = None) -> torch.device:
+    """The device of one rank of a distributed run, by `pick_device`'s rule (`prefer`, else
+    MILKTEA_DEVICE, else "auto"): on CUDA, local rank r gets cuda:r. "auto" takes CUDA only
+    when there is a GPU for every local rank (else the CPU); an explicit "cuda" without
+    one is refused. local_rank / local_world default to the LOCAL_RANK / LOCAL_WORLD_SIZE
+    that torchrun and `launch` set. `backend`: the backend of a process group already
+    running, whose device kind the choice must match ("nccl": CUDA, "gloo": the CPU).
+
+        >>> rank_device("gloo", local_rank=1, local_world=2, prefer="cpu")
+        device(type='cpu')
+    """
+    local_rank = int(os.environ.get("LOCAL_RANK", 0)) if local_rank is None else local_rank
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if local_world is None else local_world
+    named = prefer if prefer is not None else os.environ.get(ENV_VAR)
+    auto = named is None or (isinstance(named, str) and named.strip().lower() in ("", "auto"))
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if auto:
+        kind = {"nccl": "cuda", "gloo": "cpu"}.get(backend) or ("cuda" if 0 < local_world <= gpus else "cpu")
+        dev = torch.device(kind)
+    else:
+        dev = pick_device(named)
+    if dev.type == "cuda" and dev.index is not None and local_world > 1:
+        raise ValueError(f"{named!r} puts all {local_world} local ranks on one GPU; use 'cuda' (local rank r "
+                         f"takes cuda:r) or 'cpu'")
+    if dev.type == "cuda" and dev.index is None:
+        if local_rank >= gpus:
+            raise ValueError(f"local rank {local_rank} of {local_world} has no GPU of its own ({gpus} visible): "
+                             f"run at most {gpus} ranks per machine, or set {ENV_VAR}=cpu")
+        dev = torch.device("cuda", local_rank)
+    if backend is not None and backend_for(dev) != backend:
+        raise ValueError(f"this process group runs {backend}, which milktea pairs with "
+                         f"{'CUDA' if backend == 'nccl' else 'the CPU'}, but the device chosen is {dev} "
+                         f"({ENV_VAR}={os.environ.get(ENV_VAR)!r}); set {ENV_VAR} to "
+                         f"{'cuda' if backend == 'nccl' else 'cpu'} or start the group with "
+                         f"{backend_for(dev)}")
+    return dev
+
+
+def backend_for(device: torch.device) -> str:
+    """The process group's backend for ranks on `device`: "nccl" on CUDA, else "gloo".
+
+        >>> backend_for(torch.device("cpu"))
+        'gloo'
+    """
+    return "nccl" if torch.device(device).type == "cuda" else "gloo"
 
 
 def _version(dist: str) -> str | None:

@@ -268,7 +268,7 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
     if protocol is not None and protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be None or one of {PROTOCOLS}, got {protocol!r}")
     from tqdm.auto import tqdm
-    device = pick_device() if device is None else torch.device(device)
+    device = pick_device(device, name="device")
 
     model = task.model().to(device)
     named = list(model.named_parameters())

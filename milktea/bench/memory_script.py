@@ -45,9 +45,12 @@ def main(argv=None) -> int:
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    cuda = torch.cuda.is_available() and "LOCAL_RANK" in os.environ
-    dist.init_process_group("nccl" if cuda else "gloo")
-    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")
+    from milktea.device import backend_for, rank_device
+    device = rank_device()                 # MILKTEA_DEVICE, else each local rank's own GPU, else the CPU
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend_for(device))
     torch.manual_seed(dist.get_rank())
     net = nn.Sequential(nn.Linear(64, a.hidden), nn.ReLU(), nn.Linear(a.hidden, 10)).to(device)
     model = DDP(net, device_ids=[device.index] if cuda else None)

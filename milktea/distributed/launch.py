@@ -60,19 +60,24 @@ class WorkerError(RuntimeError):
         return (WorkerError, (self.rank, self.exc_type, self.message, self.remote_traceback))
 
 
-def pick_backend(nprocs: int, backend: str = "auto") -> str:
-    """'nccl' when CUDA has at least one GPU per rank, else 'gloo'."""
-    import torch
+def pick_backend(nprocs: int, backend: str = "auto", prefer: str | None = None) -> str:
+    """The backend for `nprocs` local ranks: "auto" follows the ranks' device
+    (`milktea.device.rank_device`: MILKTEA_DEVICE, or `prefer`, else CUDA when every rank
+    has a GPU): "nccl" on CUDA, else "gloo". A backend given must agree with that device."""
     import torch.distributed as dist
+    from milktea.device import backend_for, rank_device
     if backend not in ("auto", "gloo", "nccl"):
         raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', not {backend!r}")
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if backend == "nccl" and (gpus < nprocs or not dist.is_nccl_available()):
-        raise ValueError(f"backend='nccl' needs one GPU per rank: {nprocs} ranks, {gpus} GPUs "
-                         f"visible; use backend='gloo' or fewer processes")
-    if backend == "auto":
-        return "nccl" if gpus >= nprocs and dist.is_nccl_available() else "gloo"
-    return backend
+    # the last local rank is the one that needs the most GPUs
+    device = rank_device(None if backend == "auto" else backend, local_rank=nprocs - 1, local_world=nprocs,
+                         prefer=prefer)
+    chosen = backend_for(device)
+    if chosen == "nccl" and not dist.is_nccl_available():
+        if backend == "auto" and not (prefer or os.environ.get("MILKTEA_DEVICE")):
+            return "gloo"               # GPUs but no NCCL: the ranks run on the CPU
+        raise ValueError("the ranks run on CUDA but this torch has no NCCL; use backend='gloo' with "
+                         "MILKTEA_DEVICE=cpu")
+    return chosen
 
 
 def _check_function(fn: Callable) -> bytes:
@@ -179,7 +184,8 @@ def worker_config(nprocs: int, backend: str, threads: int | None, env: dict | No
     else:
         child_env.setdefault("MASTER_ADDR", "127.0.0.1")
         child_env.setdefault("MASTER_PORT", str(free_port(child_env["MASTER_ADDR"])))
-    return dict(backend=pick_backend(nprocs, backend), threads=threads, env=child_env,
+    return dict(backend=pick_backend(nprocs, backend, prefer=child_env.get("MILKTEA_DEVICE")), threads=threads,
+                env=child_env,
                 collective_timeout=collective_timeout, stacks=stacks.make_dir(),
                 netns=netns.namespaces if netns is not None else None)
 

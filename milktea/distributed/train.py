@@ -61,10 +61,10 @@ class TrainConfig:
 
 
 def device_for_rank() -> torch.device:
-    """This rank's device: its own GPU under NCCL, else the CPU."""
-    if dist.is_initialized() and dist.get_backend() == "nccl":
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    return torch.device("cpu")
+    """This rank's device (`milktea.device.rank_device`): its own GPU under NCCL, the CPU
+    under gloo; MILKTEA_DEVICE, if set, must agree with the process group's backend."""
+    from milktea.device import rank_device
+    return rank_device(dist.get_backend() if dist.is_initialized() else None)
 
 
 def emulated_link(cfg: TrainConfig):
@@ -340,10 +340,11 @@ def main(argv: list[str] | None = None) -> None:
     cfg = config_from_arguments(a)
     timeouts = launch_timeouts(a.timeout)
     if "RANK" in os.environ and a.workers is None:   # under torchrun: join its process group
-        from milktea.distributed.launch import pick_backend
-        backend = "nccl" if pick_backend(int(os.environ.get("LOCAL_WORLD_SIZE", 1))) == "nccl" else "gloo"
+        from milktea.device import backend_for, rank_device
+        device = rank_device()
+        backend = backend_for(device)
         if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+            torch.cuda.set_device(device)
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=a.timeout))
         try:
             with watch():        # a peer that stops is named when our collective times out

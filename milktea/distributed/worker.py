@@ -101,8 +101,9 @@ def join_group(rank: int, world: int, cfg: dict) -> None:
     init = dict(backend=cfg["backend"], rank=rank, world_size=world,
                 timeout=datetime.timedelta(seconds=cfg["collective_timeout"]))
     if cfg["backend"] == "nccl":
-        torch.cuda.set_device(rank)
-        init["device_id"] = torch.device("cuda", rank)
+        from milktea.device import rank_device
+        init["device_id"] = device = rank_device("nccl", local_rank=rank, local_world=world)
+        torch.cuda.set_device(device)
     dist.init_process_group(**init)
 
 

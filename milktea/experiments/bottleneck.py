@@ -175,9 +175,10 @@ def _measure_worker(sizes, repeats):
     """Runs on every rank (inside milktea.distributed.launch): time the all-reduces, check a sum."""
     import torch.distributed as dist
 
+    from ..device import rank_device
     from ..distributed.calibrate import measure_allreduce
     backend = dist.get_backend()
-    device = torch.device("cuda", dist.get_rank()) if backend == "nccl" else torch.device("cpu")
+    device = rank_device(backend)
     sizes, times = measure_allreduce(sizes, repeats, device=device)
     n = dist.get_world_size()
     check = torch.full((1000,), float(dist.get_rank() + 1), device=device)

@@ -92,7 +92,7 @@ def time_selection(sizes=(10_000, 100_000, 1_000_000), density: float = 0.01, re
             return time_selection(sizes, density, repeats, device, seed, threads=None)
         finally:
             torch.set_num_threads(old)
-    device = pick_device() if device is None else torch.device(device)
+    device = pick_device(device, name="device")
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     gen = torch.Generator().manual_seed(seed)
     res = SelectionTiming([int(n) for n in sizes], density, str(device), torch.get_num_threads())

@@ -61,7 +61,7 @@ class LocalRun:
             raise ValueError("outages are simulated for local steps (DiLoCo): under data parallelism "
                              "every step waits for every worker")
         self.outages = tuple(outages or ())
-        self.device = pick_device() if device is None else torch.device(device)
+        self.device = pick_device(device, name="device")
         self.model = model = task.model().to(self.device)
         named = list(model.named_parameters())
         self.theta = torch.cat([p.detach().reshape(-1) for _, p in named])
