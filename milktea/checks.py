@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -25,6 +26,12 @@ def check_grad(t, name: str = "tensor", nonfinite: str = "raise") -> torch.Tenso
     if t.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name} has dtype {t.dtype}; compressors take float32, float16, "
                         f"bfloat16 or float64 gradients (use .float())")
+    if t.is_meta:
+        raise ValueError(f"{name} is a meta tensor (a shape with no values, as a model built on "
+                         f"device='meta' has); compress a real tensor: materialize the model first "
+                         f"(model.to_empty(device='cpu') and load its weights)")
+    if t.layout != torch.strided:
+        raise TypeError(f"{name} has layout {t.layout}; compressors take dense tensors (use .to_dense())")
     if t.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); there is nothing to compress")
     if nonfinite not in NONFINITE_POLICIES:
@@ -46,18 +53,55 @@ def check_grad(t, name: str = "tensor", nonfinite: str = "raise") -> torch.Tenso
     return t
 
 
-def check_ratio(ratio) -> float:
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)):
-        raise TypeError(f"ratio must be a number in (0, 1], got {ratio!r}")
-    if not (0.0 < float(ratio) <= 1.0) or math.isnan(ratio):
-        raise ValueError(f"ratio must be in (0, 1] (the share of elements kept), got {ratio}; "
-                         f"for 1% use ratio=0.01")
-    return float(ratio)
+def real(value):
+    """`value` as a Python int or float if it is a real number, else None: any
+    `numbers.Real` (Python's, numpy's scalars, fractions) and 0-d numpy arrays or torch
+    tensors of a real dtype, on any device that holds data. Booleans are not numbers here.
+
+    >>> real(np.float32(0.5)), real(torch.tensor(3)), real(True), real("1")
+    (0.5, 3, None, None)
+    """
+    import numbers
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 0 or value.dtype == torch.bool or value.is_complex() or value.is_meta:
+            return None
+        return value.item()
+    if isinstance(value, np.ndarray):
+        if value.ndim != 0 or value.dtype.kind not in "iuf":
+            return None
+        return value.item()
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return None
+
+
+def _shown(value) -> str:
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
+def check_ratio(ratio, name: str = "ratio") -> float:
+    """`ratio` as a float in (0, 1], the share of entries kept (any real number type).
+
+    >>> check_ratio(np.float32(0.25))
+    0.25
+    """
+    r = real(ratio)
+    if r is None:
+        raise TypeError(f"{name} must be a number in (0, 1] (the share of elements kept, e.g. 0.01), got "
+                        f"{_shown(ratio)}")
+    r = float(r)
+    if not (0.0 < r <= 1.0):
+        raise ValueError(f"{name} must be in (0, 1] (the share of elements kept), got {r:g}; "
+                         f"for 1% use {name}=0.01")
+    return r
 
 
 def check_k(k, numel: int) -> int:
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise TypeError(f"k must be an int, got {k!r}")
+    k = check_int(k, "k")
     if not 1 <= k <= numel:
         raise ValueError(f"k={k} is out of range for a tensor of {numel} elements; "
                          f"choose 1 <= k <= {numel}")
@@ -88,10 +132,10 @@ def check_int(value, name: str, low: int | None = None, high: int | None = None)
     ...
     ValueError: steps must be >= 1, got 0
     """
-    import numbers
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    value = int(value)
+    v = real(value)
+    if not isinstance(v, int):
+        raise TypeError(f"{name} must be an int, got {_shown(value)}")
+    value = v
     if low is not None and value < low:
         raise ValueError(f"{name} must be >= {low}, got {value}")
     if high is not None and value > high:
@@ -111,10 +155,10 @@ def check_number(value, name: str, low: float | None = None, high: float | None 
     ...
     ValueError: lr must be finite, got nan
     """
-    import numbers
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-    value = float(value)
+    v = real(value)
+    if v is None:
+        raise TypeError(f"{name} must be a number, got {_shown(value)}")
+    value = float(v)
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
     if low is not None and (value <= low if open_low else value < low):
@@ -126,3 +170,16 @@ def check_number(value, name: str, low: float | None = None, high: float | None 
 
 def check_positive_int(value, name: str, minimum: int = 1) -> int:
     return check_int(value, name, minimum)
+
+
+#: seeds go to torch.Generator.manual_seed, which takes at most 64 bits; milktea keeps them below 2**63
+MAX_SEED = (1 << 63) - 1
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """A random seed: an int in [0, 2**63).
+
+    >>> check_seed(np.int64(7))
+    7
+    """
+    return check_int(seed, name, 0, MAX_SEED)

@@ -136,8 +136,8 @@ class DGC(ErrorFeedback):
                  momentum_correction: bool = True, masking: bool = True, clip: float | None = None,
                  stage_steps: int = 1):
         super().__init__(TopK(ratio, approximate=approximate, seed=seed))
-        check_number(momentum, "momentum", 0.0, 1.0, open_high=True)
-        check_int(warmup_steps, "warmup_steps", 0)
+        momentum = check_number(momentum, "momentum", 0.0, 1.0, open_high=True)
+        warmup_steps = check_int(warmup_steps, "warmup_steps", 0)
         self.stage_steps = check_int(stage_steps, "stage_steps", 1)
         for name, flag in (("momentum_correction", momentum_correction), ("masking", masking)):
             if not isinstance(flag, bool):

@@ -136,9 +136,13 @@ def varint_size(v: int) -> int:
     return n
 
 
+#: every integer of a header (dims, params, part lengths) fits a signed 64-bit integer
+MAX_FIELD = (1 << 63) - 1
+
+
 def _put_varint(buf: bytearray, v: int) -> None:
-    if v < 0:
-        raise ValueError(f"varints are non-negative, got {v}")
+    if not 0 <= v <= MAX_FIELD:
+        raise ValueError(f"a packet's header integers (shape, params, part lengths) are in [0, 2**63), got {v}")
     while v >= 0x80:
         buf.append((v & 0x7F) | 0x80)
         v >>= 7
@@ -156,8 +160,8 @@ def _get_varint(b: bytes, pos: int) -> tuple[int, int]:
         if byte < 0x80:
             return v, pos
         shift += 7
-        if shift > 63:
-            raise ValueError("malformed packet: varint longer than 9 bytes")
+        if shift >= 63:        # 9 bytes carry 63 bits: what torch and the compiled loops take (int64)
+            raise ValueError("malformed packet: a header integer longer than 9 bytes (at most 2**63 - 1)")
 
 
 @dataclass(frozen=True, eq=False)
@@ -301,6 +305,8 @@ class Packet:
         """
         if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8:
             raise TypeError("from_tensor needs a uint8 tensor")
+        if data.is_meta:
+            raise ValueError("from_tensor got a meta tensor (no bytes in it); give the received bytes")
         data = data.reshape(-1)
         # The header is small; read at most its largest plausible size from the device.
         head = data[: min(data.numel(), 4096)].cpu().numpy().tobytes()
@@ -324,7 +330,8 @@ class Packet:
             raise ValueError("empty byte string is not a packet")
         t = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         if device is not None:
-            t = t.to(device)
+            from .device import pick_device
+            t = t.to(pick_device(device, name="device"))
         return cls.from_tensor(t)
 
     # -- conveniences --------------------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import check_positive_int
+from ..checks import check_positive_int, check_seed
 from ..packet import Packet
 from .base import Compressor
 from .registry import register_library_codec
@@ -61,7 +61,7 @@ class PowerSGD(Compressor):
         self.batched = batched
         if batched:
             self.protocol = "lowrank-batched"
-        self.seed = seed
+        self.seed = check_seed(seed)
         self.q: torch.Tensor | None = None
 
     @property

@@ -19,7 +19,7 @@ import torch
 
 from .. import codes, kernels, stochastic
 from ..bits import packed_size, unpack
-from ..checks import check_choice, check_int, check_positive_int
+from ..checks import check_choice, check_int, check_positive_int, check_seed
 from ..packet import Packet
 from .base import Compressor
 from .registry import register_library_codec
@@ -58,8 +58,8 @@ class Quantize(Compressor):
         self.bits = check_choice(check_int(bits, "bits"), QUANT_BITS, "bits")
         self.chunk = None if chunk is None else check_positive_int(chunk, "chunk")
         self.stochastic = bool(stochastic)
-        self.seed = check_int(seed, "seed", 0)
-        self._gen = torch.Generator().manual_seed(seed)
+        self.seed = check_seed(seed)
+        self._gen = torch.Generator().manual_seed(self.seed)
         self.biased = not self.stochastic
 
     @property
@@ -171,8 +171,8 @@ class QSGD(Compressor):
         self.levels = check_positive_int(levels, "levels")
         self.bits = _level_bits(self.levels)
         self.chunk = None if chunk is None else check_positive_int(chunk, "chunk")
-        self.seed = check_int(seed, "seed", 0)
-        self._gen = torch.Generator().manual_seed(seed)
+        self.seed = check_seed(seed)
+        self._gen = torch.Generator().manual_seed(self.seed)
 
     @property
     def name(self) -> str:

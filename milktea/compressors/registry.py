@@ -209,4 +209,5 @@ def _check_out(packet: Packet, out, same_dtype: bool) -> None:
     if not out.is_contiguous():
         raise ValueError("out must be contiguous")
     if out.device != packet.device:
-        raise ValueError(f"out is on {out.device}, the packet on {packet.device}")
+        raise ValueError(f"out is on {out.device}, the packet on {packet.device}: give an out on "
+                         f"{packet.device} (or move the packet there with Packet.from_bytes(..., device=...))")

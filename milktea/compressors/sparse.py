@@ -10,7 +10,7 @@ import torch
 
 from .. import index as index_codec
 from .. import kernels, stochastic, trace
-from ..checks import check_choice, check_positive_int, resolve_k
+from ..checks import check_choice, check_number, check_positive_int, check_ratio, check_seed, resolve_k
 from ..packet import Packet
 from .base import Compressor, check_same_kind
 from .registry import register_library_codec
@@ -41,10 +41,10 @@ class Sparsifier(Compressor):
         super().__init__(nonfinite)
         if (ratio is None) == (k is None):
             raise ValueError("give exactly one of ratio (share kept, e.g. 0.01) or k (count kept)")
-        if ratio is not None:
-            resolve_k(ratio, None, 1)          # validates the ratio now, not at first use
+        if ratio is not None:     # checked now, not at first use; kept as a Python float
+            ratio = check_ratio(ratio)
         else:
-            check_positive_int(k, "k")
+            k = check_positive_int(k, "k")
         self.ratio, self.k = ratio, k
 
     def k_for(self, numel: int) -> int:
@@ -148,11 +148,10 @@ class TopK(Sparsifier):
     def __init__(self, ratio=None, *, k=None, approximate=False, tolerance=0.05, index="auto",
                  seed=0, nonfinite="raise"):
         super().__init__(ratio, k=k, nonfinite=nonfinite)
-        if not 0 < tolerance < 1:
-            raise ValueError(f"tolerance must be in (0, 1), got {tolerance}")
-        self.approximate, self.tolerance, self.seed = bool(approximate), tolerance, seed
+        tolerance = check_number(tolerance, "tolerance", 0, 1, open_low=True, open_high=True)
+        self.approximate, self.tolerance, self.seed = bool(approximate), tolerance, check_seed(seed)
         self.index = check_choice(index, ("auto",) + index_codec.ENCODINGS, "index")
-        self._gen = torch.Generator().manual_seed(seed)
+        self._gen = torch.Generator().manual_seed(self.seed)
 
     def _repr_args(self):
         args = super()._repr_args()
@@ -197,6 +196,7 @@ def sparse_packet(t: torch.Tensor, idx: torch.Tensor, vals: torch.Tensor, index:
 
 
 SPARSE_DECODERS: dict = {}   # other sparse codecs (chain) register here
+SEED_LIMIT = 1 << 62         # a randomk packet's seed is below this (the format's rule)
 
 
 def _check_k(packet, k: int) -> None:
@@ -214,6 +214,8 @@ def sparse_decode(packet: Packet) -> tuple[torch.Tensor, torch.Tensor]:
         expect_layout(packet, 2, 1)
         k, seed = packet.params
         _check_k(packet, k)
+        if not 0 <= seed < SEED_LIMIT:
+            raise ValueError(f"malformed randomk packet: seed {seed} (RandomK's seeds are below 2**62)")
         expect_nbytes(packet, 0, k * size, f"{k} {packet.dtype} values")
         return _random_indices(packet.numel, k, seed, packet.device), from_bytes(packet.parts[0], packet.dtype)
     if packet.codec != "topk":
@@ -266,14 +268,14 @@ class RandomK(Sparsifier):
 
     def __init__(self, ratio=None, *, k=None, seed=0, nonfinite="raise"):
         super().__init__(ratio, k=k, nonfinite=nonfinite)
-        self.seed = check_positive_int(seed, "seed", minimum=0)
+        self.seed = check_seed(seed)
         self.step = 0
 
     def select(self, flat):
         return _random_indices(flat.numel(), self.k_for(flat.numel()), self._step_seed(), flat.device)
 
     def _step_seed(self, step: int | None = None) -> int:
-        return (self.seed * 1_000_003 + (self.step if step is None else step)) % (1 << 62)
+        return (self.seed * 1_000_003 + (self.step if step is None else step)) % SEED_LIMIT
 
     def _choose(self, flat, add=None, clear_add=False):
         idx = self.select(flat)

@@ -38,11 +38,12 @@ class MomentumCorrection:
 
     >>> net, seen = torch.nn.Linear(2, 1, bias=False), []
     >>> class Bucket:                             # what DDP hands a hook, as far as this reads it
-    ...     def buffer(self): return torch.ones(2)
+    ...     def __init__(self, g): self.g = g
+    ...     def buffer(self): return self.g
     ...     def parameters(self): return [net.weight]
     >>> mc = MomentumCorrection(net, 0.5, inner=lambda b: seen.append(b.buffer().clone()))
     >>> for _ in range(2):
-    ...     _ = mc(Bucket())
+    ...     _ = mc(Bucket(torch.ones(2)))
     >>> seen[-1]                                  # 0.5 * 1 + 1
     tensor([1.5000, 1.5000])
     >>> list(mc.velocity)
