@@ -9,6 +9,8 @@ import milktea.threads  # noqa: F401  (sizes numba's pool per rank before numba 
 import numpy as np
 from numba import njit, prange
 
+from milktea.numba_compile import share_compiles
+
 BLOCK = 1 << 15
 
 
@@ -54,3 +56,6 @@ def cast16(w, out, bf16):
                 count += (h & 0x7FFF) == 0x7C00
         over += count
     return over
+
+
+share_compiles(globals())   # processes starting together compile each loop once (milktea.numba_compile)

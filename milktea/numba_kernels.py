@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit, prange
 
 from milktea.numba_bits import DEBRUIJN, DEBRUIJN_MUL, abs_max_bits, as_float
+from milktea.numba_compile import share_compiles
 
 BLOCK = 1 << 15   # entries per parallel work item in the loops below
 EXACT = {"nnan", "ninf", "nsz"}
@@ -377,3 +378,6 @@ def delta8_decode(data, k, numel, out):
         return -1
     return 0
 
+
+
+share_compiles(globals())   # processes starting together compile each loop once (milktea.numba_compile)

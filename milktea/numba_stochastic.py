@@ -11,6 +11,13 @@ compute the same things the same way:
 
 A piece is at most BLOCK entries of one chunk and starts on a byte (the caller checks that
 chunks do); pieces run in parallel, so a single chunk of a whole tensor does too.
+
+Compile time: the small helpers (the hash, a code, a chunk's norm) are plain compiled
+functions that LLVM inlines into the loops; only the loops that must be copied per kind of
+code (codes_into, values) are inlined by numba itself. numba's own inlining copies and
+re-types a helper at every call: with the hash inlined that way into each of the six code
+loops, the encoder took 22 CPU seconds to compile, against 13 now, with the same loops
+(vectorized alike, the same bits).
 """
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ import numpy as np
 from numba import njit, prange
 
 from milktea.numba_bits import DEBRUIJN, DEBRUIJN_MUL, abs_max_bits, as_float
+from milktea.numba_compile import share_compiles
 
 BLOCK = 1 << 15
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -32,7 +40,7 @@ LEVELS_L2, LEVELS_MAX, ABSMAX = 0, 1, 2     # QSGD, TernGrad, stochastic Quantiz
 EXACT = {"nnan", "ninf", "nsz"}              # as numba_kernels: inputs are finite here
 
 
-@njit(inline="always")
+@njit(nogil=True)
 def mix(key, j):
     """SplitMix64's output for the state key + (j+1) * golden: 64 random bits for entry j."""
     z = key + np.uint64(j + 1) * GOLDEN
@@ -41,14 +49,14 @@ def mix(key, j):
     return z ^ (z >> np.uint64(31))
 
 
-@njit(inline="always")
+@njit(nogil=True)
 def halves(z):
     """The two uniforms one 64-bit draw gives: its top 24 bits, and bits 8 to 31."""
     return (np.float32(z >> np.uint64(40)) * UNIT,
             np.float32((z >> np.uint64(8)) & np.uint64(0xFFFFFF)) * UNIT)
 
 
-@njit(inline="always")
+@njit(nogil=True)
 def uniform(key, j):
     """The float32 uniform in [0, 1) of entry j: a half of mix(key, j // 2) (the top half
     for even j): one hash serves two entries."""
@@ -56,7 +64,7 @@ def uniform(key, j):
     return np.float32((z >> np.uint64(40 - 32 * (j & 1))) & np.uint64(0xFFFFFF)) * UNIT
 
 
-@njit(inline="always")
+@njit(nogil=True)
 def code_of(x, div, kind, s, u):
     """The code of entry j (value x): QSGD/TernGrad levels s + sign(x) * level, level in
     [0, s]; stochastic Quantize floor(x / div + s + 1 + u) in [1, 2s + 1] (s = qmax).
@@ -74,7 +82,7 @@ def code_of(x, div, kind, s, u):
     return np.uint8(s + level * (np.int32(x > 0) - np.int32(x < 0)))
 
 
-@njit(inline="always")
+@njit(nogil=True)
 def piece_of(p, chunk, per_chunk, n):
     c = p // per_chunk
     s = c * chunk + (p % per_chunk) * BLOCK
@@ -90,13 +98,13 @@ def headroom(chunk):
     return (62 - b) // 2
 
 
-@njit(inline="always")
+@njit(nogil=True)
 def grid_power(top, h):
     """k with top * 2**k < 2**h: the grid of the chunk whose max |x| is top."""
     return h - math.frexp(np.float64(top))[1]
 
 
-@njit(fastmath=EXACT, inline="always")
+@njit(fastmath=EXACT, nogil=True)
 def piece_squares(x, s, e, k):
     """Sum of a*a over x[s:e], a = |x| * 2**k truncated to an integer (two float32
     products by powers of two, each in float32's range), as int64."""
@@ -110,7 +118,7 @@ def piece_squares(x, s, e, k):
     return acc
 
 
-@njit(inline="always")
+@njit(nogil=True)
 def l2_norm(acc, top, k, cap):
     """The chunk's 2-norm from its summed squares: at least its max, at most cap."""
     if top == 0:
@@ -119,7 +127,7 @@ def l2_norm(acc, top, k, cap):
     return min(max(r, top), cap)
 
 
-@njit(inline="always")
+@njit(nogil=True)
 def sent_of(kind, top, s, acc, h, cap):
     """What a chunk sends: its scale (ABSMAX), 2-norm (LEVELS_L2) or max (LEVELS_MAX)."""
     if kind == ABSMAX:
@@ -338,3 +346,6 @@ def random_positions(n, k, key, bitmap, out):
             out[o] = w * 64 + DEBRUIJN[(low * np.uint64(DEBRUIJN_MUL)) >> np.uint64(58)]
             o += 1
             v ^= low
+
+
+share_compiles(globals())   # processes starting together compile each loop once (milktea.numba_compile)

@@ -146,6 +146,9 @@ def test_stochastic_compressors_keep_their_generator_in_state_dict():
 
 
 # -- stray codes on the wire -----------------------------------------------------------
+# one worker runs them all: on a cold cache their first case compiles the stochastic codecs'
+# loops (about 20 CPU seconds), which a second worker would otherwise wait for at the same time
+@pytest.mark.xdist_group("stochastic-loops")
 @pytest.mark.parametrize("path", ["numba", "torch"])
 @pytest.mark.parametrize("make", [lambda: QSGD(levels=4), lambda: QSGD(levels=5, chunk=64), TernGrad])
 def test_level_codes_above_twice_the_levels_are_refused(make, path, monkeypatch):
