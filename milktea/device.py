@@ -119,6 +119,29 @@ def rank_device(backend: str | None = None, *, local_rank: int | None = None,
     return dev
 
 
+def backend_for_ranks(nprocs: int, backend: str = "auto", *, prefer: str | None = None) -> str:
+    """The process group's backend for `nprocs` ranks on this machine: "auto" follows their
+    device (`rank_device`: `prefer`, else MILKTEA_DEVICE, else CUDA when every rank has a
+    GPU): "nccl" on CUDA, else "gloo". A backend given must agree with that device.
+
+        >>> backend_for_ranks(2, prefer="cpu")
+        'gloo'
+    """
+    import torch.distributed as dist
+    if backend not in ("auto", "gloo", "nccl"):
+        raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', not {backend!r}")
+    # the last local rank is the one that needs the most GPUs
+    device = rank_device(None if backend == "auto" else backend, local_rank=nprocs - 1, local_world=nprocs,
+                         prefer=prefer)
+    chosen = backend_for(device)
+    if chosen == "nccl" and not dist.is_nccl_available():
+        if backend == "auto" and not (prefer or os.environ.get(ENV_VAR)):
+            return "gloo"               # GPUs but no NCCL: the ranks run on the CPU
+        raise ValueError(f"the ranks run on CUDA but this torch has no NCCL; use backend='gloo' with "
+                         f"{ENV_VAR}=cpu")
+    return chosen
+
+
 def backend_for(device: torch.device) -> str:
     """The process group's backend for ranks on `device`: "nccl" on CUDA, else "gloo".
 

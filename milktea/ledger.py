@@ -32,6 +32,26 @@ from .checks import check_grad
 from .compressors.wire import PIECE
 
 
+def use_ledger(compressor, error_feedback: bool | None = None) -> bool:
+    """Whether `compressor` runs with error feedback: `error_feedback` when it is True or
+    False, else (None) the compressor's own `biased`: a compressor that drops information
+    systematically (Top-K, Random-K, Sign, round-to-nearest Quantize, PowerSGD, a Chain)
+    gets a ledger, an unbiased one (QSGD, TernGrad, stochastic Quantize, Cast, Identity)
+    does not, nor does no compressor. The one default of `milktea.ddp.compress`,
+    `simulate`, `schemes.register` and the command lines' registered schemes.
+
+    >>> from milktea import QSGD, TopK
+    >>> use_ledger(TopK(0.01)), use_ledger(QSGD()), use_ledger(QSGD(), True), use_ledger(None)
+    (True, False, True, False)
+    """
+    if error_feedback is None:
+        return compressor is not None and bool(getattr(compressor, "biased", False))
+    if not isinstance(error_feedback, bool):
+        raise TypeError(f"error_feedback must be True, False or None (follow the compressor's `biased`), "
+                        f"got {error_feedback!r}")
+    return error_feedback
+
+
 class Ledger:
     """What one tensor stream has not sent yet (`residual`, None before the first step).
 

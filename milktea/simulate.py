@@ -28,6 +28,7 @@ from .device import pick_device
 from .distributed import protocols
 from .distributed.compressed_allreduce import CompressedAllReduce, simulate_round
 from .feedback import ErrorFeedback
+from .ledger import use_ledger
 from .onebit import OneBitAdam
 from .tasks import Digits, Quadratic, Task  # noqa: F401  (Digits: for the examples)
 
@@ -215,7 +216,7 @@ def _rate(schedule, step: int) -> float:
 
 
 def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200, lr: float = 0.1,
-             batch: int | None = 32, error_feedback: bool = True, momentum: float = 0.0, seed: int = 0,
+             batch: int | None = 32, error_feedback: bool | None = None, momentum: float = 0.0, seed: int = 0,
              device=None, progress: bool = True, eval_every: int = 10, per_layer: bool | None = None,
              protocol: str | None = None, batched: bool = True, optimizer=None) -> History:
     """Train `task` with `workers` simulated workers for `steps` SGD steps.
@@ -223,10 +224,11 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
     Each step every worker draws `batch` examples from its own shard (without replacement;
     None = its whole shard), computes its gradient, and sends one packet: its compressor's
     `compress` of the flat gradient, through its own `ErrorFeedback` ledger when
-    `error_feedback` is on. A ledger can also be passed as `compressor` (e.g. `DGC(...)`):
-    each worker then gets its own copy of it; with `EF21(...)` (milktea.ef21) head office adds
-    each round's average to its running estimate of the gradient and steps along that. Otherwise
-    the update is the average of what the collective delivers,
+    `error_feedback` is on (None, the default: when the compressor is `biased`, as
+    everywhere in the library: `milktea.ledger.use_ledger`). A ledger can also be passed as
+    `compressor` (e.g. `DGC(...)`): each worker then gets its own copy of it; with `EF21(...)`
+    (milktea.ef21) head office adds each round's average to its running estimate of the
+    gradient and steps along that. Otherwise the update is the average of what the collective delivers,
     `compressor.aggregate(packets) / workers`, with optional heavy-ball `momentum` applied
     to that average (as torch.optim.SGD does after a DDP all-reduce). `compressor=None` is
     dense SGD. Evaluates on the task's held-out data at step 0, every `eval_every` steps and
@@ -269,6 +271,8 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
         raise ValueError(f"protocol must be None or one of {PROTOCOLS}, got {protocol!r}")
     from tqdm.auto import tqdm
     device = pick_device(device, name="device")
+    # a ready-made ledger (ErrorFeedback, DGC) is error feedback; else the library's one default
+    error_feedback = True if isinstance(compressor, ErrorFeedback) else use_ledger(compressor, error_feedback)
 
     model = task.model().to(device)
     named = list(model.named_parameters())

@@ -44,6 +44,7 @@ from milktea.distributed.link import EmulatedLink
 from milktea.distributed.momentum import MomentumCorrection
 from milktea.distributed.stats import StatsLog
 from milktea.checks import check_choice, check_int
+from milktea.ledger import use_ledger
 
 STATE_FORMAT = 2
 #: policy="auto" compresses a bucket only where it is predicted this much faster than dense
@@ -93,7 +94,7 @@ def _close_all() -> None:   # no communication thread outlives the interpreter's
 class CompressionState:
     """The state of milktea's DDP hook in one process (see `milktea.ddp.compress`)."""
 
-    def __init__(self, model, compressor=None, *, error_feedback: bool = False, min_size: int = 1024,
+    def __init__(self, model, compressor=None, *, error_feedback: bool | None = None, min_size: int = 1024,
                  dense: Sequence[str] | Callable[[str], bool] = (), start_step: int = 1,
                  link: EmulatedLink | None = None, group=None, policy: str = "always",
                  model_link=None, keep_stats: int | None = None, momentum: float | None = None):
@@ -118,7 +119,8 @@ class CompressionState:
         if policy == "auto" and model_link is None and link is None:
             raise ValueError("policy='auto' needs a link model: pass model_link=calibrate_link(...) "
                              "(or link=EmulatedLink(...))")
-        self.compressor, self.error_feedback, self.policy = compressor, bool(error_feedback), policy
+        self.compressor, self.policy = compressor, policy
+        self.error_feedback = use_ledger(compressor, error_feedback)   # None: as the compressor is biased
         self.model_link = model_link if model_link is not None else (link.link if link else None)
         if group is None:   # a group of our own: collective, every rank calls compress() in the same order
             group = dist.new_group(dist.get_process_group_ranks(model.process_group), timeout=default_timeout())
@@ -352,8 +354,11 @@ def _hook(state, bucket):  # no annotations: DDP checks them, and they are strin
     return state.hook(bucket)
 
 
-def compress(model, compressor=None, error_feedback: bool = False, **options) -> CompressionState:
+def compress(model, compressor=None, error_feedback: bool | None = None, **options) -> CompressionState:
     """Register `compressor` on DDP `model` as a communication hook; return its state.
+    error_feedback: None (default) gives a ledger to a compressor that is `biased` (Top-K,
+    Sign, PowerSGD, ...) and none to an unbiased one (QSGD, TernGrad, Cast): see
+    `milktea.ledger.use_ledger`; True or False decides.
 
     Call it on every rank, in the same order (it creates the hook's own process group).
     compressor=None sends the gradient dense (all-reduce), through the same code path.

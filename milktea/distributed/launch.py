@@ -61,23 +61,9 @@ class WorkerError(RuntimeError):
 
 
 def pick_backend(nprocs: int, backend: str = "auto", prefer: str | None = None) -> str:
-    """The backend for `nprocs` local ranks: "auto" follows the ranks' device
-    (`milktea.device.rank_device`: MILKTEA_DEVICE, or `prefer`, else CUDA when every rank
-    has a GPU): "nccl" on CUDA, else "gloo". A backend given must agree with that device."""
-    import torch.distributed as dist
-    from milktea.device import backend_for, rank_device
-    if backend not in ("auto", "gloo", "nccl"):
-        raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', not {backend!r}")
-    # the last local rank is the one that needs the most GPUs
-    device = rank_device(None if backend == "auto" else backend, local_rank=nprocs - 1, local_world=nprocs,
-                         prefer=prefer)
-    chosen = backend_for(device)
-    if chosen == "nccl" and not dist.is_nccl_available():
-        if backend == "auto" and not (prefer or os.environ.get("MILKTEA_DEVICE")):
-            return "gloo"               # GPUs but no NCCL: the ranks run on the CPU
-        raise ValueError("the ranks run on CUDA but this torch has no NCCL; use backend='gloo' with "
-                         "MILKTEA_DEVICE=cpu")
-    return chosen
+    """The backend for `nprocs` local ranks (`milktea.device.backend_for_ranks`)."""
+    from milktea.device import backend_for_ranks
+    return backend_for_ranks(nprocs, backend, prefer=prefer)
 
 
 def _check_function(fn: Callable) -> bytes:

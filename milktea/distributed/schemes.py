@@ -19,6 +19,7 @@ from milktea.distributed import hooks
 from milktea.distributed.link import EmulatedLink, torch_hook_proxy
 from milktea.distributed.stats import StatsLog
 from milktea.i18n import N_
+from milktea.ledger import use_ledger
 
 # name: (label, compressor factory(ratio, rank), error feedback)
 MILKTEA = {
@@ -91,8 +92,7 @@ def register(name: str, compressor, *, error_feedback: bool | None = None, label
         raise ValueError(f"{name!r} is a built-in scheme; choose another name")
     if not all(hasattr(compressor, m) for m in ("compress", "decompress", "fork")):
         raise TypeError(f"compressor must be a milktea compressor, got {type(compressor).__name__}")
-    if error_feedback is None:
-        error_feedback = bool(getattr(compressor, "biased", False))
+    error_feedback = use_ledger(compressor, error_feedback)
     text = (label if label is not None else f"{name}{'+EF' if error_feedback else ''}")
     MILKTEA[name] = (text.replace("{", "{{").replace("}", "}}"), _Copies(compressor), bool(error_feedback))
     SCHEMES = tuple(MILKTEA) + tuple(TORCH)

@@ -1,5 +1,6 @@
 """One device rule: MILKTEA_DEVICE decides wherever a device is chosen (a single process, a
-rank of a distributed run, the launcher's backend), and only milktea.device decides."""
+rank of a distributed run, the launcher's backend: launch's pick_backend is backend_for_ranks),
+and only milktea.device decides."""
 import re
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import torch.distributed as dist
 
 import milktea
 from milktea.device import ENV_VAR, backend_for, pick_device, rank_device
-from milktea.distributed.launch import pick_backend, worker_config
+from milktea.device import backend_for_ranks as pick_backend
 
 ROOT = Path(milktea.__file__).parent
 
@@ -34,9 +35,8 @@ def test_a_rank_takes_its_own_gpu_unless_milktea_device_says_otherwise(gpus, mon
     monkeypatch.setenv(ENV_VAR, "cpu")                  # honoured by the rank and the launcher alike
     assert rank_device(local_rank=1, local_world=2) == torch.device("cpu")
     assert pick_backend(2) == "gloo"
-    assert worker_config(2, "auto", 1, {}, 30.0)["backend"] == "gloo"
     monkeypatch.delenv(ENV_VAR)
-    assert worker_config(2, "auto", 1, {ENV_VAR: "cpu"}, 30.0)["backend"] == "gloo"   # the ranks' own env
+    assert pick_backend(2, prefer="cpu") == "gloo"        # what launch(env={MILKTEA_DEVICE: ...}) gives its ranks
     monkeypatch.setenv(ENV_VAR, "cuda")
     with pytest.raises(ValueError, match="no GPU of its own.*MILKTEA_DEVICE=cpu"):
         pick_backend(3)
