@@ -11,7 +11,7 @@ import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("milktea.__main__:doctor", "versions, CUDA/NCCL/gloo, chosen device, cores, widgets, grading isolation"),
-    "compare": ("milktea.distributed.compare:main", "train one model on one link with every gradient-sending scheme"),
+    "compare": ("milktea.distributed.compare_cli:main", "train one model on one link with every gradient-sending scheme"),
 }
 
 
@@ -41,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(f"milktea: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        from milktea.cli import unknown
+        print(f"python -m milktea: error: {unknown('command', name, COMMANDS)} (see python -m milktea --help)",
+              file=sys.stderr)
         return 2
     module, func = COMMANDS[name][0].split(":")
     return int(getattr(importlib.import_module(module), func)(rest) or 0)

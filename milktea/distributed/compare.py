@@ -15,14 +15,13 @@ for the collectives really issued, and the held-out accuracy and loss at the end
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import sys
 import traceback
 
 import torch.distributed as dist
 
 from milktea import cost
+from milktea.checks import check_int
 from milktea.i18n import _
 from milktea.distributed import schemes
 from milktea.distributed.launch import launch
@@ -97,7 +96,8 @@ def _available() -> int | None:
 
 def _worker(cfg: dict, names: list[str], calibrate_sizes, interleave: bool, extra: dict | None = None):
     from milktea.distributed.calibrate import calibrate_link
-    from milktea.distributed.train import ComputeProbe, Run, TrainConfig, device_for_rank, emulated_link
+    from milktea.distributed.probe import ComputeProbe
+    from milktea.distributed.train import Run, TrainConfig, device_for_rank, emulated_link
     rank = dist.get_rank()
     schemes.adopt(extra or {})      # schemes registered in the parent (a user's own compressor)
     base = TrainConfig(**cfg)
@@ -154,6 +154,19 @@ def _worker(cfg: dict, names: list[str], calibrate_sizes, interleave: bool, extr
             "floor_s": probe.floor(), "results": results, "backend": dist.get_backend(), "interleaved": interleave}
 
 
+def check_names(names) -> list[str]:
+    """The scheme names, each known (with a "did you mean" otherwise), once, at least one."""
+    from milktea.cli import unknown
+    names = list(names)
+    for n in names:
+        if n not in schemes.SCHEMES:
+            raise ValueError(unknown("scheme", n, schemes.SCHEMES) +
+                             " (a compressor of your own: schemes.register, or --import its module)")
+    if len(set(names)) != len(names) or not names:
+        raise ValueError(f"give each scheme once (and at least one), got {names}")
+    return names
+
+
 def compare(names=schemes.COMPARE_DEFAULT, config=None, *, workers: int = 2, netns_gbit: float | None = None,
             calibrate_sizes=None, interleave: bool | None = None, progress: bool = True,
             on_message=None, timeout: float | None = None, stall_timeout: float | None = None,
@@ -182,12 +195,8 @@ def compare(names=schemes.COMPARE_DEFAULT, config=None, *, workers: int = 2, net
     if not isinstance(config, TrainConfig):
         raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
     config = dataclasses.replace(config, **settings)   # checks the settings here, before any worker starts
-    names = list(names)
-    for n in names:
-        if n not in schemes.SCHEMES:
-            raise ValueError(f"unknown scheme {n!r}; choose from {', '.join(schemes.SCHEMES)}")
-    if len(set(names)) != len(names) or not names:
-        raise ValueError(f"give each scheme once (and at least one), got {names}")
+    names = check_names(names)
+    check_int(workers, "workers", 1)
     if netns_gbit is not None and config.link_gbit is not None:
         raise ValueError("choose link_gbit (emulated) or netns_gbit (shaped namespaces), not both")
     cfg = dataclasses.asdict(config)
@@ -254,41 +263,3 @@ class _Progress:
 
 
 COMPARE_DEFAULTS = dict(steps=20, link_gbit=1.0)   # compare's defaults where they differ from train's
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from milktea.distributed.train import (TrainConfig, add_config_arguments, add_run_arguments)
-    ap = argparse.ArgumentParser(prog="python -m milktea compare", allow_abbrev=False,
-                                 description=__doc__.split("\n")[0])
-    ap.add_argument("--schemes", default=",".join(schemes.COMPARE_DEFAULT),
-                    help=f"comma-separated, from: {', '.join(schemes.SCHEMES)}")
-    add_config_arguments(ap, TrainConfig(**COMPARE_DEFAULTS), skip=("scheme",))
-    add_run_arguments(ap)
-    ap.add_argument("--loopback", action="store_true", help="no emulation: the real (fast) link")
-    ap.add_argument("--netns", type=float, default=None, metavar="GBIT",
-                    help="a real tc-shaped link of GBIT Gbit/s between network namespaces (root)")
-    ap.add_argument("--out", default="results/compare", help="folder for results.jsonl, summary.json, plots")
-    ap.add_argument("--sequential", action="store_true",
-                    help="one scheme after another (default: in turns, when the models fit in memory)")
-    ap.add_argument("--no-plots", action="store_true")
-    ap.add_argument("--no-progress", action="store_true")
-    return ap
-
-
-def main(argv: list[str] | None = None) -> None:
-    from milktea.distributed.train import config_from_arguments, launch_timeouts
-    a = build_parser().parse_args(argv)
-    config = config_from_arguments(a)
-    if a.loopback or a.netns is not None:
-        config = dataclasses.replace(config, link_gbit=None)
-    launch_timeouts(a.timeout)   # checks it
-    res = compare([s.strip() for s in a.schemes.split(",") if s.strip()], config, workers=a.workers,
-                  netns_gbit=a.netns, interleave=False if a.sequential else None,
-                  progress=not a.no_progress, stall_timeout=a.timeout)
-    print(res.table())
-    paths = res.save(a.out, plots=not a.no_plots)
-    print("wrote " + ", ".join(paths), file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, fields
 import torch
 import torch.distributed as dist
 
-from milktea.checks import check_int
+from milktea.checks import check_int, check_number, check_ratio
 from milktea.distributed import schemes
 from milktea.distributed.hang import WorkerHang, watch
 from milktea.distributed.worker import end_process, progress
@@ -46,18 +46,24 @@ class TrainConfig:
     bucket_cap_mb: float = 25.0
     task: str = "digits"           # see milktea.tasks.TASKS ("gpt": a small character-level transformer)
 
-    def __post_init__(self):
+    def __post_init__(self):   # every field checked (and made a plain int/float) before a process starts
+        from milktea.cli import unknown
         from milktea.tasks import TASKS
         if self.task not in TASKS:
-            raise ValueError(f"unknown task {self.task!r}; choose from {', '.join(TASKS)}")
+            raise ValueError(unknown("task", self.task, TASKS))
         if self.scheme not in schemes.SCHEMES:
-            raise ValueError(f"unknown scheme {self.scheme!r}; choose from {', '.join(schemes.SCHEMES)}")
-        for name in ("steps", "batch", "powersgd_rank", "start_step"):
-            check_int(getattr(self, name), name, 1)
-        if not 0 < self.ratio <= 1:
-            raise ValueError(f"ratio must be in (0, 1], got {self.ratio}")
-        if self.link_gbit is not None and not self.link_gbit > 0:
-            raise ValueError(f"link_gbit must be > 0 (or None for no emulation), got {self.link_gbit}")
+            raise ValueError(unknown("scheme", self.scheme, schemes.SCHEMES) +
+                             " (a compressor of your own: schemes.register, or --import its module)")
+        for name in ("steps", "batch", "powersgd_rank", "start_step", "hidden"):
+            setattr(self, name, check_int(getattr(self, name), name, 1))
+        self.seed, self.min_size = check_int(self.seed, "seed", 0), check_int(self.min_size, "min_size", 0)
+        self.ratio = check_ratio(self.ratio)
+        self.lr = check_number(self.lr, "lr", 0, open_low=True)
+        self.momentum = check_number(self.momentum, "momentum", 0, 1, open_high=True)
+        self.latency_us = check_number(self.latency_us, "latency_us", 0)
+        self.bucket_cap_mb = check_number(self.bucket_cap_mb, "bucket_cap_mb", 0, open_low=True)
+        if self.link_gbit is not None:
+            self.link_gbit = check_number(self.link_gbit, "link_gbit (None: no emulation)", 0, open_low=True)
 
 
 def device_for_rank() -> torch.device:
@@ -82,70 +88,6 @@ def _batches(x, y, batch, seed, rank):
 def _sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def _local_hook(state, bucket):  # no annotations: DDP checks them
-    fut = torch.futures.Future()
-    fut.set_result(bucket.buffer())
-    return fut
-
-
-class ComputeProbe:
-    """The same model and data under DDP with a hook that communicates nothing: times
-    forward (with zero_grad), backward (with DDP's bucketing) and optimizer step, the
-    compute the cost model adds to the link time. Stepped between the schemes in a
-    comparison, it sees the same load on the cores as they do."""
-
-    def __init__(self, cfg: TrainConfig):
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        from milktea.tasks import make_task
-        self.device = device_for_rank()
-        self.task = make_task(cfg.task, hidden=cfg.hidden, seed=cfg.seed)
-        x, y = self.task.shard(dist.get_rank(), dist.get_world_size())
-        net = self.task.model().to(self.device)
-        self.model = DDP(net, device_ids=[self.device.index] if self.device.type == "cuda" else None,
-                         bucket_cap_mb=cfg.bucket_cap_mb, gradient_as_bucket_view=True)
-        self.model.register_comm_hook(None, _local_hook)
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
-        self.data = _batches(x.to(self.device), y.to(self.device), cfg.batch, cfg.seed, dist.get_rank())
-        self.history: list[dict] = []
-        # error feedback's least memory traffic per step, timed beside the compute: a ledger
-        # as large as the model, the gradient added into it, the gradient's buffer rewritten
-        n = sum(p.numel() for p in net.parameters())
-        self._ledger = torch.zeros(n, device=self.device)
-        self._grad = torch.zeros(n, device=self.device)
-        self.floor_history: list[float] = []
-
-    def step(self) -> dict:
-        xb, yb = next(self.data)
-        t = [time.perf_counter()]
-        self.opt.zero_grad(set_to_none=True)   # DDP re-points .grad at its bucket: no zeroing pass
-        loss = self.task.loss(self.model(xb), yb).mean()
-        for work in (lambda: None, loss.backward, self.opt.step):
-            work()
-            _sync(self.device)
-            t.append(time.perf_counter())
-        rec = {"forward_s": t[1] - t[0], "backward_s": t[2] - t[1], "optimizer_s": t[3] - t[2]}
-        self.history.append(rec)
-        t0 = time.perf_counter()
-        self._ledger.add_(self._grad)
-        self._grad.zero_()
-        _sync(self.device)
-        self.floor_history.append(time.perf_counter() - t0)
-        return rec
-
-    def median(self, skip: int = 2) -> dict:
-        """Median of each phase over the steps after `skip` warm-up steps."""
-        rows = self.history[skip:] or self.history
-        return {k: median(r[k] for r in rows) for k in rows[0]}
-
-    def floor(self, skip: int = 2) -> float:
-        """Median seconds of error feedback's least memory work per step on this rank, with
-        every rank doing the same at once: the ledger += the gradient (read two model-sized
-        buffers, write one) and the gradient's buffer rewritten (where the mean lands). No
-        error-feedback scheme's codec can take less on this machine, whatever it selects."""
-        rows = self.floor_history[skip:] or self.floor_history
-        return median(rows)
 
 
 class Run:
@@ -249,18 +191,24 @@ def train(cfg: TrainConfig | dict, model_link=None, on_step=None, link=None) -> 
 
 # --- the command line, generated from TrainConfig's fields (train and compare share it) ---
 FLAGS = {"link_gbit": "--link"}   # a field's flag where it is not --field-name
-HELP = {
-    "scheme": "how gradients cross the wire",
-    "ratio": "share of entries Top-K / Random-K keep",
+HELP = {   # each option's help ends with its one default, added by add_config_arguments
+    "scheme": "how gradients cross the wire, one of: " + ", ".join(schemes.SCHEMES),
+    "ratio": "share of entries Top-K / Random-K keep, in (0, 1]",
     "powersgd_rank": "rank of PowerSGD's factors",
+    "steps": "training steps",
     "batch": "examples per worker per step",
+    "lr": "SGD's learning rate",
+    "momentum": "SGD's momentum (a momentum-corrected scheme keeps it in its hook)",
     "hidden": "MLP width (337000 gives ~25M parameters)",
-    "link_gbit": "emulate a link of this many Gbit/s (default: no emulation)",
-    "latency_us": "the emulated link's latency per message",
+    "seed": "seed of the weights and the batches",
+    "link_gbit": "emulate a link of this many Gbit/s",
+    "latency_us": "the emulated link's latency per message, in microseconds",
     "start_step": "steps sent dense before compression starts",
     "min_size": "tensors smaller than this stay dense",
-    "bucket_cap_mb": "DDP's gradient bucket size",
+    "bucket_cap_mb": "DDP's gradient bucket size, in MB",
+    "task": "what to train: digits or gpt",
 }
+NONE_MEANS = {"link_gbit": "no emulation, the link as it is"}   # a default of None, in words
 DEFAULT_TIMEOUT_S = 300.0
 
 
@@ -278,10 +226,11 @@ def add_config_arguments(ap: argparse.ArgumentParser, defaults: TrainConfig | No
             continue
         v = getattr(defaults, f.name)
         kind = float if v is None or isinstance(v, float) else type(v)
-        extra = {"choices": schemes.SCHEMES} if f.name == "scheme" else {}
-        shown = "" if v is None else f" (default {v})"
-        ap.add_argument(flag(f.name), dest=f.name, type=kind, default=v, help=HELP.get(f.name, "") + shown,
-                        metavar="GBIT" if f.name == "link_gbit" else None, **extra)
+        shown = NONE_MEANS.get(f.name, "none") if v is None else f"{v:g}" if isinstance(v, float) else v
+        # names (scheme, task) are checked by TrainConfig, after --import: with a "did you mean"
+        ap.add_argument(flag(f.name), dest=f.name, type=kind, default=v,
+                        help=f"{HELP.get(f.name, f.name.replace('_', ' '))} (default: {shown})",
+                        metavar="GBIT" if f.name == "link_gbit" else None)
 
 
 def config_from_arguments(a: argparse.Namespace, defaults: TrainConfig | None = None) -> TrainConfig:
@@ -296,26 +245,43 @@ def add_run_arguments(ap: argparse.ArgumentParser, workers: int | None = 2) -> N
     Every flag here and in add_config_arguments is checked (tests/integration/test_launch_cli.py)
     never to be a prefix of one of torchrun's, which would make torchrun reject it."""
     ap.add_argument("--workers", type=int, default=workers,
-                    help="local worker processes to start" + (" (not with torchrun)" if workers is None else ""))
+                    help="local worker processes to start " + ("(default: 2; none under torchrun, which starts "
+                                                               "its own)" if workers is None else f"(default: {workers})"))
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                     help="stop, naming the rank, when one makes no progress for this long; also "
-                         f"how long a collective waits for a peer (default {DEFAULT_TIMEOUT_S:g})")
+                         f"how long a collective waits for a peer (default: {DEFAULT_TIMEOUT_S:g})")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m milktea.train", allow_abbrev=False,
-                                 description="Train the digits classifier with DDP and one communication scheme.")
+    from milktea.cli import Parser, add_import_argument
+    ap = Parser(prog="python -m milktea.train", allow_abbrev=False,
+                description="Train the digits classifier with DDP and one communication scheme.")
     add_config_arguments(ap)
     add_run_arguments(ap, workers=None)
-    ap.add_argument("--jsonl", default=None, metavar="FILE", help="write one JSON line per step here (rank 0)")
+    ap.add_argument("--jsonl", default=None, metavar="FILE",
+                    help="write one JSON line per step here, on rank 0 (default: none)")
+    add_import_argument(ap)
     return ap
+
+
+def check_run_arguments(a: argparse.Namespace) -> dict:
+    """--workers and --timeout checked (ValueError/TypeError); launch()'s timeouts returned."""
+    if a.workers is not None:
+        check_int(a.workers, "--workers", 1)
+    return launch_timeouts(a.timeout)
+
+
+def train_registered(cfg: TrainConfig, registered: dict) -> dict:
+    """train() in a worker process that first knows the schemes registered in its parent."""
+    schemes.adopt(registered)
+    return train(cfg)
 
 
 def launch_timeouts(timeout: float) -> dict:
     """launch() keywords for a --timeout: the stall check fires before a peer's collective
     times out, so that the report names the rank that stopped, not the one left waiting."""
     if not timeout > 0:
-        raise ValueError(f"--timeout must be > 0 seconds, got {timeout}")
+        raise ValueError(f"--timeout must be > 0 seconds, got {timeout:g}")
     return {"stall_timeout": timeout, "collective_timeout": 2 * timeout + 30}
 
 
@@ -336,9 +302,15 @@ def _print_summary(res: dict, log: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    a = build_parser().parse_args(argv if argv is not None else sys.argv[1:])
-    cfg = config_from_arguments(a)
-    timeouts = launch_timeouts(a.timeout)
+    from milktea.cli import fail, import_modules
+    ap = build_parser()
+    a = ap.parse_args(argv if argv is not None else sys.argv[1:])
+    try:                      # every setting checked here, in one line each, before a process starts
+        import_modules(a.imports)
+        cfg = config_from_arguments(a)
+        timeouts = check_run_arguments(a)
+    except (TypeError, ValueError) as e:
+        fail(ap.prog, e)
     if "RANK" in os.environ and a.workers is None:   # under torchrun: join its process group
         from milktea.device import backend_for, rank_device
         device = rank_device()
@@ -359,7 +331,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     from milktea.distributed.launch import WorkerError, launch
     try:
-        res = launch(train, a.workers or 2, args=(cfg,), **timeouts)
+        res = launch(train_registered, a.workers or 2, args=(cfg, schemes.registered([cfg.scheme])), **timeouts)
     except (WorkerError, TimeoutError) as e:
         print(e, file=sys.stderr)
         raise SystemExit(1) from None

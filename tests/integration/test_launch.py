@@ -61,7 +61,7 @@ def test_train_timeout_flag_reaches_the_launcher():
     from milktea.distributed.train import build_parser, launch_timeouts
     a = build_parser().parse_args(["--timeout", "7"])
     assert launch_timeouts(a.timeout) == {"stall_timeout": 7, "collective_timeout": 44}
-    from milktea.distributed.compare import build_parser as compare_parser
+    from milktea.distributed.compare_cli import build_parser as compare_parser
     assert compare_parser().parse_args(["--timeout", "9"]).timeout == 9
 
 

@@ -6,7 +6,7 @@ import pytest
 
 torch_run = pytest.importorskip("torch.distributed.run")
 
-compare = __import__("milktea.distributed.compare", fromlist=["build_parser"])   # not the function
+compare = __import__("milktea.distributed.compare_cli", fromlist=["build_parser"])
 train = __import__("milktea.distributed.train", fromlist=["build_parser"])
 
 
