@@ -86,4 +86,4 @@ clean:
 # numba caches each compiled loop beside its source and stamps it with that file alone:
 # after editing a file whose loops others inline (milktea/numba_bits.py), drop the cache
 clean-numba:
-	rm -f milktea/__pycache__/*.nbi milktea/__pycache__/*.nbc
+	rm -f milktea/__pycache__/*.nbi milktea/__pycache__/*.nbc milktea/__pycache__/*.compile-lock
