@@ -25,6 +25,17 @@ def dense(model, **options) -> CompressionState:
     return compress(model, None, **options)
 
 
+def _interactive() -> bool:
+    """True at the Python prompt or in a running IPython/Jupyter kernel. A script that has
+    merely imported ipykernel or IPython (a test run, a tool) is not interactive: asking
+    IPython for its running shell tells the two apart."""
+    if hasattr(sys, "ps1") or sys.flags.interactive:
+        return True
+    ipython = sys.modules.get("IPython")
+    get_ipython = getattr(ipython, "get_ipython", None)
+    return get_ipython is not None and get_ipython() is not None
+
+
 def end_script(code: int = 0) -> None:
     """The last line of a script that trained with DDP, after dist.destroy_process_group():
     flush stdout and stderr, then leave the process at once with exit status `code`.
@@ -35,7 +46,7 @@ def end_script(code: int = 0) -> None:
     session (a Jupyter kernel, the Python prompt) it only flushes and returns, so the
     session goes on.
     """
-    if hasattr(sys, "ps1") or sys.flags.interactive or "ipykernel" in sys.modules:
+    if _interactive():
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         return

@@ -2,6 +2,7 @@
 import contextlib
 import os
 import re
+import sys
 
 import pytest
 from packaging.requirements import Requirement
@@ -115,6 +116,23 @@ def test_readme_python_examples_run(repo_root, monkeypatch):
         with contextlib.suppress(SystemExit):
             exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
     assert exits == [0], "the example should end with milktea.ddp.end_script() and leave with 0"
+
+
+def test_end_script_leaves_a_script_that_imported_ipykernel(monkeypatch):
+    """Importing ipykernel (another test, a tool) does not make a script a Jupyter kernel:
+    end_script still leaves; only a running IPython shell keeps the session going."""
+    import types
+
+    import milktea.ddp
+    exits = []
+    monkeypatch.setattr(os, "_exit", lambda code: exits.append(code))
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))
+    milktea.ddp.end_script(3)
+    assert exits == [3]
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: object()))
+    milktea.ddp.end_script(4)
+    assert exits == [3], "in a running kernel end_script must return, not leave"
 
 
 def test_license_is_the_one_pyproject_names(repo_root):
