@@ -1,0 +1,188 @@
+"""One rank of a small FSDP2 training run: what `milktea.fsdp.run`, the bench and the tests launch.
+
+    from milktea.distributed import launch
+    launch(train, 2, args=(RunConfig(task="gpt", steps=5, compressor=Quantize(bits=8, chunk=256)),))
+
+The model is `fully_shard`ed layer by layer, then as a whole (a character GPT's blocks,
+or an MLP's linear layers), `milktea.fsdp.compress` is installed (unless `install=False`:
+FSDP2 alone, the yardstick), and each rank trains on its own shard of the data with the
+same seeded batches whatever is compressed, so two runs differ only by what crossed the wire.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from ..checks import check_choice, check_int, check_number
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What one run trains and how its collectives travel.
+
+    task: "gpt" (the character GPT of milktea.gpt: `layers` blocks of width `width`) or
+      "mlp" (the digits: `layers` linear layers of width `width`).
+    compressor, error_feedback, weights, min_size: as `milktea.fsdp.compress`.
+    reduce_dtype: FSDP2's MixedPrecisionPolicy(reduce_dtype=...) (None: the gradients' dtype).
+    accumulate: micro-batches per step (set_requires_gradient_sync(False) on all but the last).
+    replicas: HSDP over `replicas` copies of the model, each sharded over world / replicas ranks
+      (milktea's: the replicate hop through `compressor`; native_hsdp=True: FSDP2's own 2-D mesh).
+    link_gbit: an emulated link for every collective (None: loopback).
+    install: False runs FSDP2 alone (no milktea at all); probe: True replaces every
+      collective by one that sends nothing (what compute alone costs).
+    checkpoint, save_at, resume: a folder for one file per rank, written after step
+      `save_at`; resume=True loads it first and trains the remaining steps.
+    """
+    task: str = "gpt"
+    layers: int = 2
+    width: int = 96
+    steps: int = 10
+    batch: int = 16
+    lr: float = 3e-3
+    optimizer: str = "adamw"
+    seed: int = 0
+    compressor: object = None
+    error_feedback: object = "auto"
+    weights: object = None
+    min_size: int = 1024
+    reduce_dtype: object = None
+    accumulate: int = 1
+    replicas: int = 1
+    native_hsdp: bool = False
+    link_gbit: float | None = None
+    install: bool = True
+    probe: bool = False
+    evaluate: bool = False
+    return_params: bool = False
+    checkpoint: str | None = None
+    save_at: int | None = None
+    resume: bool = False
+
+    def __post_init__(self):
+        check_choice(self.task, ("gpt", "mlp"), "task")
+        check_choice(self.optimizer, ("adamw", "sgd"), "optimizer")
+        for name, low in (("layers", 1), ("width", 1), ("steps", 1), ("batch", 1), ("accumulate", 1),
+                          ("replicas", 1), ("seed", 0)):
+            check_int(getattr(self, name), name, low)
+        check_number(self.lr, "lr", 0, open_low=True)
+        if self.task == "mlp" and self.layers < 2:
+            raise ValueError("the mlp task needs layers >= 2 (64 -> width ... -> 10)")
+        if self.link_gbit is not None:
+            check_number(self.link_gbit, "link_gbit", 0, open_low=True)
+        if (self.resume or self.save_at is not None) and not self.checkpoint:
+            raise ValueError("save_at and resume need checkpoint= a folder")
+
+
+def _model_and_data(cfg: RunConfig, world: int, rank: int):
+    """(model, its layers to shard one by one, this rank's (x, y), loss function, task)."""
+    from ..tasks import CharGPT, Digits, _seeded_init
+    if cfg.task == "gpt":
+        task = CharGPT(n_layer=cfg.layers, n_embd=cfg.width, seed=cfg.seed)
+        model = task.model()
+        x, y = task.shards(world)[rank]
+        return model, list(model.blocks), (x, y), lambda out, t: task.loss(out, t).mean(), task
+    task = Digits(hidden=cfg.width, seed=cfg.seed)
+    sizes = [task.features] + [cfg.width] * (cfg.layers - 1) + [task.classes]
+
+    def build():
+        mods = []
+        for i in range(cfg.layers):
+            mods.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
+            if i < cfg.layers - 1:
+                mods.append(torch.nn.ReLU())
+        return torch.nn.Sequential(*mods)
+    model = _seeded_init(cfg.seed, build)
+    layers = [m for m in model if isinstance(m, torch.nn.Linear)]
+    return model, layers, task.shards(world)[rank], F.cross_entropy, task
+
+
+def _shard(cfg: RunConfig, model, layers, device):
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from .hsdp import hsdp_mesh
+    world = dist.get_world_size()
+    kw = {"mp_policy": MixedPrecisionPolicy(reduce_dtype=cfg.reduce_dtype)}
+    group = None
+    if cfg.replicas > 1:
+        if world % cfg.replicas:
+            raise ValueError(f"replicas={cfg.replicas} does not divide the {world} ranks")
+        if cfg.native_hsdp:
+            from torch.distributed.device_mesh import init_device_mesh
+            kw["mesh"] = init_device_mesh(device.type, (cfg.replicas, world // cfg.replicas),
+                                          mesh_dim_names=("replicate", "shard"))
+        else:
+            kw["mesh"], group = hsdp_mesh(cfg.replicas, world // cfg.replicas, device.type)
+    for layer in layers:
+        fully_shard(layer, **kw)
+    fully_shard(model, **kw)
+    return group
+
+
+def train(cfg: RunConfig) -> dict:
+    """Train on this rank; returns its losses (mean over the ranks), step times, traffic
+    per step (`StepTraffic`s), memory, and with `return_params` its weight shards."""
+    from ..distributed.link import EmulatedLink
+    from . import comms
+    from .state import compress
+    world, rank = dist.get_world_size(), dist.get_rank()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if dist.get_backend() == "nccl" \
+        else torch.device("cpu")
+    model, layers, (x, y), loss_fn, task = _model_and_data(cfg, world, rank)
+    model = model.to(device)
+    group = _shard(cfg, model, layers, device)
+    state = None
+    if cfg.install:
+        link = EmulatedLink.gbit(cfg.link_gbit) if cfg.link_gbit is not None else None
+        state = compress(model, cfg.compressor, error_feedback=cfg.error_feedback, weights=cfg.weights,
+                         min_size=cfg.min_size, link=link, replicate_group=group)
+        if cfg.probe:
+            comms.send_nothing(state)
+    opt = (torch.optim.AdamW(model.parameters(), lr=cfg.lr) if cfg.optimizer == "adamw"
+           else torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9))
+    start = 0
+    if cfg.resume:
+        from .checkpoint import load_checkpoint
+        start = load_checkpoint(cfg.checkpoint, model, opt, state)["step"]
+    gen = torch.Generator().manual_seed(cfg.seed * 1000 + rank)
+    for _ in range(start * cfg.accumulate):         # the batches the saved run already drew
+        torch.randint(len(y), (cfg.batch,), generator=gen)
+    losses, times, memory = [], [], None
+    for step in range(start, cfg.steps):
+        t0 = time.perf_counter()
+        total = torch.zeros((), device=device)
+        for micro in range(cfg.accumulate):
+            model.set_requires_gradient_sync(micro == cfg.accumulate - 1)
+            idx = torch.randint(len(y), (cfg.batch,), generator=gen)
+            loss = loss_fn(model(x[idx].to(device)), y[idx].to(device)) / cfg.accumulate
+            loss.backward()
+            total += loss.detach()
+        opt.step()
+        if state is not None and step == cfg.steps - 1:
+            memory = state.memory(opt)          # the gradient shards still there
+        opt.zero_grad()
+        times.append(time.perf_counter() - t0)
+        dist.all_reduce(total)
+        losses.append(float(total) / world)
+        if cfg.checkpoint and cfg.save_at == step + 1 and not cfg.resume:
+            from .checkpoint import save_checkpoint
+            save_checkpoint(cfg.checkpoint, model, opt, state, step=step + 1)
+    out = {"rank": rank, "world": world, "losses": losses, "step_s": times,
+           "traffic": list(state.stats.steps) if state is not None else [],
+           "memory": memory,
+           "state": repr(state), "ledger": state.ledger if state is not None else None,
+           "params": sum(p.numel() for p in model.parameters())}
+    if cfg.return_params:
+        out["shards"] = {n: p.to_local().detach().clone().cpu() for n, p in model.named_parameters()}
+    if cfg.evaluate:
+        with torch.no_grad():
+            if cfg.task == "gpt":
+                out["eval_loss"] = task.evaluate(model)["loss"]
+            else:
+                out["eval_loss"] = float(F.cross_entropy(model(task.x_test.to(device)), task.y_test.to(device)))
+    if state is not None:
+        state.close()
+    return out
