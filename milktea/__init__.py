@@ -31,6 +31,7 @@ _WHERE = {
     **dict.fromkeys(["History", "simulate"], "simulate"),
     **dict.fromkeys(["Digits", "Quadratic", "Targets", "Task"], "tasks"),
     "ddp": "ddp",  # the module itself: milktea.ddp.compress (DDP communication hooks)
+    "fsdp": "fsdp",  # the package itself: milktea.fsdp.compress (FSDP2's collectives)
     **dict.fromkeys(["EmulatedLink", "WorkerError", "launch"], "distributed"),
 }
 
@@ -38,14 +39,15 @@ __all__ = list(_WHERE)
 
 # Public names that are also submodule names but mean something else (milktea.simulate is
 # the function, not the module), as they did when this file imported everything eagerly.
-_NOT_THE_MODULE = {name for name, where in _WHERE.items() if name == where and name != "ddp"}
+_MODULES = {"ddp", "fsdp"}      # names that stand for the module itself
+_NOT_THE_MODULE = {name for name, where in _WHERE.items() if name == where and name not in _MODULES}
 
 
 def __getattr__(name: str):
     if name not in _WHERE:
         raise AttributeError(f"module 'milktea' has no attribute {name!r}")
     module = _importlib.import_module(f".{_WHERE[name]}", __name__)
-    value = module if name == "ddp" else getattr(module, name)
+    value = module if name in _MODULES else getattr(module, name)
     globals()[name] = value  # later look-ups skip this function
     return value
 

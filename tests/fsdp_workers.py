@@ -88,3 +88,42 @@ def run_and_save(path: str, steps: int = 6, save_at: int = 3) -> dict:
 def resume(path: str, steps: int = 6) -> dict:
     r = train(_resumable(steps=steps, checkpoint=path, resume=True))
     return {"shards": r["shards"], "losses": r["losses"]}
+
+
+def refusals() -> dict:
+    """What compress says to setups it cannot serve, on real FSDP2 modules."""
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp._fully_shard._fsdp_common import FSDPMeshInfo, ShardPlacementResult
+    from torch.distributed.tensor import Shard
+
+    import milktea.fsdp
+    out = {}
+
+    def said(name, fn):
+        try:
+            fn()
+            out[name] = None
+        except Exception as e:          # noqa: BLE001 - the test reads the type and the words
+            out[name] = (type(e).__name__, str(e))
+
+    world = dist.get_world_size()
+    other = DeviceMesh.from_group(dist.new_group(list(range(world))), "cpu")
+    info = FSDPMeshInfo(other, shard_mesh_dim=0)
+    two = torch.nn.Linear(4, 4)
+    fully_shard(two, shard_placement_fn=lambda p: ShardPlacementResult(Shard(0), info) if p.dim() == 1 else None)
+    said("two meshes", lambda: milktea.fsdp.compress(two, Quantize(bits=8)))
+    if world % 2 == 0:
+        native = torch.nn.Linear(4, 4)
+        fully_shard(native, mesh=init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("replicate", "shard")))
+        said("native hsdp", lambda: milktea.fsdp.compress(native, Quantize(bits=8)))
+        said("native hsdp counted", lambda: milktea.fsdp.compress(native, None).close())
+    one = torch.nn.Linear(4, 4)
+    fully_shard(one)
+    said("shard ledger in 1-D", lambda: milktea.fsdp.compress(one, TopK(0.1), error_feedback="shard"))
+    mine = milktea.fsdp.compress(one, TopK(0.1), error_feedback="worker")
+    saved = mine.state_dict()
+    saved["rank"] = (saved["rank"] + 1) % world
+    said("another rank's state", lambda: mine.load_state_dict(saved))
+    mine.close()
+    return out

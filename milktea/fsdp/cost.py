@@ -80,8 +80,8 @@ def bytes_per_entry(compressor, numel: int = 65536, dtype=None) -> float:
     FSDP2's own collective in `dtype` (default float32: 4.0).
 
     >>> from milktea import Quantize
-    >>> round(bytes_per_entry(Quantize(bits=8, chunk=256)), 4)      # 1 byte + 4 per 256
-    1.0157
+    >>> round(bytes_per_entry(Quantize(bits=8, chunk=256)), 3)      # 1 byte + 4 per 256 + a header
+    1.016
     """
     import torch
     dtype = torch.float32 if dtype is None else dtype

@@ -100,9 +100,10 @@ def groups_of(model) -> list[Group]:
     without parameters of its own, such as a root over wrapped layers, has none).
     ValueError for a module whose parameters sit on several meshes (`shard_placement_fn`
     returning a mesh of its own), where FSDP2 takes no custom collective."""
+    modules = fsdp_modules(model)
     param_names = {id(p): n for n, p in model.named_parameters()}
     out = []
-    for mod_name, module in fsdp_modules(model):
+    for mod_name, module in modules:
         groups = module._get_fsdp_state()._fsdp_param_groups
         if len(groups) > 1:
             raise ValueError(f"module {mod_name or '(the model)'!r} has its parameters on {len(groups)} meshes "
