@@ -15,6 +15,7 @@ BENCHES = {
     "memory": "milktea.bench.memory",        # extra peak memory of each scheme over plain DDP
     "local": "milktea.bench.local",          # DiLoCo vs DDP on the tiny GPT: bytes, loss, an outage
     "ft": "milktea.bench.ft",                # DiLoCo on torchft: a replica group killed and restarted
+    "fsdp": "milktea.bench.fsdp",            # FSDP2 with int8/int4/Top-K reduce-scatters and int8 weights
 }
 
 

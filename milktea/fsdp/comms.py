@@ -136,7 +136,7 @@ class SilentAllGather(_Comm, AllGather):
     """Sends nothing: every row of the output is this rank's own shard."""
 
     def __call__(self, output_tensor, input_tensor, group, async_op=False):
-        output_tensor.view(group.size(), -1).copy_(input_tensor.view(1, -1))
+        output_tensor.view(group.size(), -1).copy_(input_tensor.clone().view(1, -1))   # the input is a row of it
         return None
 
 

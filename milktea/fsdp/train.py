@@ -122,67 +122,94 @@ def _shard(cfg: RunConfig, model, layers, device):
     return group
 
 
+class Trainer:
+    """One rank's model, optimizer, data and milktea state for `cfg`, stepped one step at a
+    time (`step()`): what `train` loops over, and what the bench interleaves."""
+
+    def __init__(self, cfg: RunConfig):
+        from ..distributed.link import EmulatedLink
+        from . import comms
+        from .state import compress
+        self.cfg = cfg
+        self.world, self.rank = dist.get_world_size(), dist.get_rank()
+        self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) \
+            if dist.get_backend() == "nccl" else torch.device("cpu")
+        model, layers, (self.x, self.y), self.loss_fn, self.task = _model_and_data(cfg, self.world, self.rank)
+        self.model = model.to(self.device)
+        group = _shard(cfg, self.model, layers, self.device)
+        self.state = None
+        if cfg.install:
+            link = EmulatedLink.gbit(cfg.link_gbit) if cfg.link_gbit is not None else None
+            self.state = compress(self.model, cfg.compressor, error_feedback=cfg.error_feedback, weights=cfg.weights,
+                                  min_size=cfg.min_size, link=link, replicate_group=group)
+            if cfg.probe:
+                comms.send_nothing(self.state)
+        self.opt = (torch.optim.AdamW(self.model.parameters(), lr=cfg.lr) if cfg.optimizer == "adamw"
+                    else torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=0.9))
+        self.done = 0
+        if cfg.resume:
+            from .checkpoint import load_checkpoint
+            self.done = load_checkpoint(cfg.checkpoint, self.model, self.opt, self.state)["step"]
+        self.gen = torch.Generator().manual_seed(cfg.seed * 1000 + self.rank)
+        for _ in range(self.done * cfg.accumulate):        # the batches the saved run already drew
+            torch.randint(len(self.y), (cfg.batch,), generator=self.gen)
+        self.losses, self.times, self.memory = [], [], None
+
+    def step(self) -> float:
+        """One training step (`accumulate` micro-batches); returns the loss, mean over the ranks."""
+        cfg, model = self.cfg, self.model
+        t0 = time.perf_counter()
+        total = torch.zeros((), device=self.device)
+        for micro in range(cfg.accumulate):
+            model.set_requires_gradient_sync(micro == cfg.accumulate - 1)
+            idx = torch.randint(len(self.y), (cfg.batch,), generator=self.gen)
+            loss = self.loss_fn(model(self.x[idx].to(self.device)), self.y[idx].to(self.device)) / cfg.accumulate
+            loss.backward()
+            total += loss.detach()
+        self.opt.step()
+        if self.state is not None:
+            self.memory = self.state.memory(self.opt)          # the gradient shards still there
+        self.opt.zero_grad()
+        self.times.append(time.perf_counter() - t0)
+        dist.all_reduce(total)
+        self.losses.append(float(total) / self.world)
+        self.done += 1
+        if cfg.checkpoint and cfg.save_at == self.done and not cfg.resume:
+            from .checkpoint import save_checkpoint
+            save_checkpoint(cfg.checkpoint, model, self.opt, self.state, step=self.done)
+        return self.losses[-1]
+
+    def evaluate(self) -> float:
+        """The held-out loss (every rank computes it, on the whole model)."""
+        with torch.no_grad():
+            if self.cfg.task == "gpt":
+                return self.task.evaluate(self.model)["loss"]
+            return float(F.cross_entropy(self.model(self.task.x_test.to(self.device)),
+                                         self.task.y_test.to(self.device)))
+
+    def result(self) -> dict:
+        state = self.state
+        out = {"rank": self.rank, "world": self.world, "losses": self.losses, "step_s": self.times,
+               "traffic": list(state.stats.steps) if state is not None else [], "memory": self.memory,
+               "state": repr(state), "ledger": state.ledger if state is not None else None,
+               "params": sum(p.numel() for p in self.model.parameters())}
+        if self.cfg.return_params:
+            out["shards"] = {n: p.to_local().detach().clone().cpu() for n, p in self.model.named_parameters()}
+        if self.cfg.evaluate:
+            out["eval_loss"] = self.evaluate()
+        return out
+
+    def close(self) -> None:
+        if self.state is not None:
+            self.state.close()
+
+
 def train(cfg: RunConfig) -> dict:
     """Train on this rank; returns its losses (mean over the ranks), step times, traffic
     per step (`StepTraffic`s), memory, and with `return_params` its weight shards."""
-    from ..distributed.link import EmulatedLink
-    from . import comms
-    from .state import compress
-    world, rank = dist.get_world_size(), dist.get_rank()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if dist.get_backend() == "nccl" \
-        else torch.device("cpu")
-    model, layers, (x, y), loss_fn, task = _model_and_data(cfg, world, rank)
-    model = model.to(device)
-    group = _shard(cfg, model, layers, device)
-    state = None
-    if cfg.install:
-        link = EmulatedLink.gbit(cfg.link_gbit) if cfg.link_gbit is not None else None
-        state = compress(model, cfg.compressor, error_feedback=cfg.error_feedback, weights=cfg.weights,
-                         min_size=cfg.min_size, link=link, replicate_group=group)
-        if cfg.probe:
-            comms.send_nothing(state)
-    opt = (torch.optim.AdamW(model.parameters(), lr=cfg.lr) if cfg.optimizer == "adamw"
-           else torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9))
-    start = 0
-    if cfg.resume:
-        from .checkpoint import load_checkpoint
-        start = load_checkpoint(cfg.checkpoint, model, opt, state)["step"]
-    gen = torch.Generator().manual_seed(cfg.seed * 1000 + rank)
-    for _ in range(start * cfg.accumulate):         # the batches the saved run already drew
-        torch.randint(len(y), (cfg.batch,), generator=gen)
-    losses, times, memory = [], [], None
-    for step in range(start, cfg.steps):
-        t0 = time.perf_counter()
-        total = torch.zeros((), device=device)
-        for micro in range(cfg.accumulate):
-            model.set_requires_gradient_sync(micro == cfg.accumulate - 1)
-            idx = torch.randint(len(y), (cfg.batch,), generator=gen)
-            loss = loss_fn(model(x[idx].to(device)), y[idx].to(device)) / cfg.accumulate
-            loss.backward()
-            total += loss.detach()
-        opt.step()
-        if state is not None and step == cfg.steps - 1:
-            memory = state.memory(opt)          # the gradient shards still there
-        opt.zero_grad()
-        times.append(time.perf_counter() - t0)
-        dist.all_reduce(total)
-        losses.append(float(total) / world)
-        if cfg.checkpoint and cfg.save_at == step + 1 and not cfg.resume:
-            from .checkpoint import save_checkpoint
-            save_checkpoint(cfg.checkpoint, model, opt, state, step=step + 1)
-    out = {"rank": rank, "world": world, "losses": losses, "step_s": times,
-           "traffic": list(state.stats.steps) if state is not None else [],
-           "memory": memory,
-           "state": repr(state), "ledger": state.ledger if state is not None else None,
-           "params": sum(p.numel() for p in model.parameters())}
-    if cfg.return_params:
-        out["shards"] = {n: p.to_local().detach().clone().cpu() for n, p in model.named_parameters()}
-    if cfg.evaluate:
-        with torch.no_grad():
-            if cfg.task == "gpt":
-                out["eval_loss"] = task.evaluate(model)["loss"]
-            else:
-                out["eval_loss"] = float(F.cross_entropy(model(task.x_test.to(device)), task.y_test.to(device)))
-    if state is not None:
-        state.close()
+    t = Trainer(cfg)
+    while t.done < cfg.steps:
+        t.step()
+    out = t.result()
+    t.close()
     return out
