@@ -75,14 +75,18 @@ class FSDPRun:
         return markdown_table(self.rows(skip))
 
     def __repr__(self) -> str:
-        parts = [f"{r['collective']} {r['bytes'] / 1e6:.3g} MB" + (f" ({r['ratio']:.2f}x fewer than FSDP2's own)"
-                                                                   if abs(r["ratio"] - 1) > 1e-9 else "")
-                 for r in self.rows()] if self.traffic else []
+        parts = []
+        for r in (self.rows() if self.traffic else []):
+            text = _("{collective} {mb:.3g} MB").format(collective=_(r["collective"]), mb=r["bytes"] / 1e6)
+            if abs(r["ratio"] - 1) > 1e-9:
+                text += _(" ({ratio:.2f}x fewer than FSDP2's own)").format(ratio=r["ratio"])
+            parts.append(text)
         mem = max(m["total"] for m in self.memory) / 1e6 if self.memory and self.memory[0] else float("nan")
-        loss = (_("loss {a:.3g} -> {b:.3g}").format(a=self.losses[0], b=self.losses[-1]) if self.losses else "")
-        return (f"FSDPRun({self.workers} ranks, {self.config.task} of {self.params:,} parameters, "
-                f"{len(self.losses)} steps, {loss}; per step and rank: {', '.join(parts)}; "
-                f"ledger: {self.ledger}; memory {mem:.3g} MB on the largest rank)")
+        return _("FSDPRun({workers} ranks, {task} of {params:,} parameters, {steps} steps, loss {a:.3g} -> {b:.3g}; "
+                 "per step and rank: {traffic}; ledger: {ledger}; memory {mem:.3g} MB on the largest rank)").format(
+            workers=self.workers, task=self.config.task, params=self.params, steps=len(self.losses),
+            a=self.losses[0] if self.losses else float("nan"), b=self.losses[-1] if self.losses else float("nan"),
+            traffic=_(", ").join(parts), ledger=self.ledger, mem=mem)
 
 
 def run(compressor=None, *, workers: int = 2, weights=None, error_feedback="auto", steps: int = 10,
