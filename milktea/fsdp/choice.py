@@ -82,7 +82,7 @@ def ledger_for(compressor, error_feedback, *, hsdp: bool) -> tuple[str | None, s
     if compressor is None:
         if error_feedback not in ("auto", None):
             raise ValueError(f"error_feedback={error_feedback!r} needs a compressor: nothing is dropped without one")
-        return None, "nothing compressed"
+        return None, "as nothing is compressed"
     if error_feedback == "shard" and not hsdp:
         raise ValueError("error_feedback='shard' needs a compressed hop after a reduction: in a reduce-scatter "
                          "every rank compresses its chunks for the others before anything is summed, so what "
@@ -93,11 +93,11 @@ def ledger_for(compressor, error_feedback, *, hsdp: bool) -> tuple[str | None, s
         raise ValueError("with replicate_group the compressor runs on the reduced shard, after the reduce-scatter: "
                          "its ledger is the shard's (error_feedback='shard' or 'auto')")
     if error_feedback != "auto":
-        return error_feedback, "asked for" if error_feedback else "none asked for"
+        return error_feedback, "as asked"
     err = relative_error(compressor)
     where = "shard" if hsdp else "worker"
     if not getattr(compressor, "biased", False):
-        return None, f"unbiased: its errors average out over the ranks (relative error {err:.3g})"
+        return None, f"as the compressor is unbiased: its errors average out over the ranks (relative error {err:.3g})"
     if err <= LEDGER_ABOVE:
-        return None, f"carries the gradient nearly whole (relative error {err:.3g} <= {LEDGER_ABOVE})"
-    return where, f"biased and drops much (relative error {err:.3g} > {LEDGER_ABOVE})"
+        return None, f"as the compressor carries the gradient nearly whole (relative error {err:.3g} <= {LEDGER_ABOVE})"
+    return where, f"as the compressor is biased and drops much (relative error {err:.3g} > {LEDGER_ABOVE})"

@@ -31,18 +31,21 @@ def encode(views, keys, coders, *, ledger: bool, min_size: int) -> torch.Tensor:
     """The packets of `views` (tensors) end to end as one uint8 tensor; views[i] goes
     through coders.coder(keys[i]) (through its ledger when `ledger`), or as it is when
     it has fewer than `min_size` entries. An empty list gives an empty string."""
-    wire = []
+    packets = []
     for v, key in zip(views, keys):
         if v.numel() < min_size:
-            packet = _DENSE.compress(v)
+            packets.append(_DENSE.compress(v))
         elif ledger:
-            packet = coders.ledger(key).step(coders.coder(key), v)
+            packets.append(coders.ledger(key).step(coders.coder(key), v))
         else:
-            packet = coders.coder(key).compress(v)
-        wire.append(packet.to_tensor())
-    if not wire:
-        return torch.empty(0, dtype=torch.uint8)
-    return torch.cat(wire)
+            packets.append(coders.coder(key).compress(v))
+    device = views[0].device if views else torch.device("cpu")
+    out = torch.empty(sum(p.nbytes for p in packets), dtype=torch.uint8, device=device)
+    at = 0
+    for p in packets:                     # each packet's bytes written once, where they travel from
+        p.write_into(out[at: at + p.nbytes])
+        at += p.nbytes
+    return out
 
 
 def _packets(payload: torch.Tensor, views):

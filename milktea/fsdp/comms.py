@@ -12,8 +12,8 @@ the reduce dtype and reduces them at the last micro-batch). A custom all-gather 
 parameter of the module in, N such rows out, in the parameters' dtype (`param_dtype`).
 
 CompressedReduceScatter: each row for another rank is compressed, parameter by
-parameter (`codec.encode`), the rows cross in one all-to-all, and each rank sums, in
-float32 and in rank order, its own row as it is and the others' packets decoded, divides
+parameter (`codec.encode`), the rows cross in one all-to-all, and each rank sums in
+float32 its own row as it is, then the others' packets decoded in rank order, divides
 as `op` says and writes its shard. CompressedAllGather: this rank's shard compressed, the
 packets all-gathered, every row (its own included, so every rank computes with the same
 weights) decoded in place. Counted*: FSDP2's own collectives, counted in `stats`.
@@ -86,14 +86,11 @@ class CompressedReduceScatter(_Comm, ReduceScatter):
         t1 = time.perf_counter()
         got, sent = owner.wire.all_to_all(payloads, group)
         t2 = time.perf_counter()
-        acc = torch.zeros(rows.shape[1], dtype=torch.float32, device=input_tensor.device)
+        acc = rows[rank].to(torch.float32, copy=True)      # this rank's own row, as it is
         for r in range(world):
-            if r == rank:
-                acc += rows[rank]
-            else:
+            if r != rank:
                 codec.add_into(got[r], layout.views(acc, segs))
-        acc /= layout.divide_factor(self.info.group, op, world)
-        output_tensor.copy_(acc)
+        torch.div(acc, layout.divide_factor(self.info.group, op, world), out=output_tensor)
         owner.stats.record("reduce_scatter", sent=sent.bytes,
                            dense=reduce_scatter_bytes(input_tensor.numel() * input_tensor.element_size(), world),
                            comm_s=sent.comm_s, codec_s=(t1 - t0) + (time.perf_counter() - t2), link_s=sent.link_s)

@@ -41,6 +41,22 @@ class FSDPRun:
     state: str
     eval_loss: float | None = None
     extra: dict = field(default_factory=dict)
+    regathered: int | None = None
+
+    def priced(self) -> dict:
+        """The cost model's bytes per step and rank for this run (`milktea.fsdp.cost.step_bytes`,
+        with the compressors' measured bytes per entry), to set beside `bytes()`."""
+        from .cost import bytes_per_entry, step_bytes
+        cfg = self.config
+        grad_dtype = cfg.reduce_dtype if cfg.reduce_dtype is not None else None
+        shards = self.workers // cfg.replicas
+        if cfg.replicas > 1:
+            return step_bytes(self.params, shards, grad_bytes=bytes_per_entry(None, dtype=grad_dtype),
+                              weight_bytes=bytes_per_entry(cfg.weights), regathered=self.regathered,
+                              replicas=cfg.replicas, replica_bytes=None if cfg.compressor is None
+                              else bytes_per_entry(cfg.compressor))
+        return step_bytes(self.params, shards, grad_bytes=bytes_per_entry(cfg.compressor, dtype=grad_dtype),
+                          weight_bytes=bytes_per_entry(cfg.weights), regathered=self.regathered)
 
     def bytes(self, collective: str | None = None, skip: int = 1) -> float:
         """Mean bytes one rank sent per step by `collective` (None: all), after `skip`
@@ -90,16 +106,24 @@ class FSDPRun:
 
 
 def run(compressor=None, *, workers: int = 2, weights=None, error_feedback="auto", steps: int = 10,
-        timeout: float = 300, **options) -> FSDPRun:
+        ranks=None, timeout: float = 300, **options) -> FSDPRun:
     """Train a small model with FSDP2 on `workers` gloo ranks (processes of this machine),
     milktea's collectives installed with `compressor`, `weights` and `error_feedback` (see
     `milktea.fsdp.compress`); returns an `FSDPRun`. `options` are `RunConfig`'s fields:
     task ("gpt" or "mlp"), layers, width, batch, lr, reduce_dtype, accumulate, replicas,
-    link_gbit, evaluate, seed, ..."""
+    link_gbit, evaluate, seed, ...
+
+    ranks: a `milktea.distributed.Pool` of `workers` ranks kept up between runs (a notebook
+    that compares several runs starts its processes once); None starts fresh ones."""
     from ..distributed.launch import launch
     cfg = RunConfig(compressor=compressor, weights=weights, error_feedback=error_feedback, steps=steps, **options)
-    every = launch(train, workers, args=(cfg,), results="all", timeout=timeout)
+    if ranks is None:
+        every = launch(train, workers, args=(cfg,), results="all", timeout=timeout)
+    else:
+        if ranks.nprocs != workers:
+            raise ValueError(f"the pool has {ranks.nprocs} ranks, the run asks for workers={workers}")
+        every = ranks.run(train, args=(cfg,), results="all", timeout=timeout)
     first = every[0]
     return FSDPRun(cfg, workers, first["params"], first["losses"], first["step_s"], first["traffic"],
                    [r["memory"] for r in every], first["ledger"], first["state"], first.get("eval_loss"),
-                   {"ranks": every})
+                   {"ranks": every}, first["regathered"])

@@ -169,9 +169,10 @@ class FSDPCompression:
         self._saved, self.closed = [], True
 
     def __repr__(self) -> str:
-        grads = (f"{self.compressor!r} on the replicas' all-reduce" if self.hsdp and self.compressor is not None
-                 else f"{self.compressor!r} per destination" if self.compressor is not None else "FSDP2's own")
+        c = repr(self.compressor) if self.compressor is not None else "FSDP2's own"
+        grads = (f"reduce-scatter: FSDP2's own; all-reduce over the replicas: {c}" if self.hsdp
+                 else f"reduce-scatter: {c}" + (" per destination" if self.compressor is not None else ""))
         weights = repr(self.weights) if self.weights is not None else "FSDP2's own"
-        return (f"FSDPCompression(reduce-scatter: {grads}; all-gather: {weights}; ledger: {self.ledger} "
-                f"({self.ledger_reason}); {sum(1 for g in self.groups if g.weight_segments)} FSDP modules, "
-                f"rank {self.rank} of {self.world}{', closed' if self.closed else ''})")
+        return (f"FSDPCompression({grads}; all-gather: {weights}; ledger: {self.ledger}, {self.ledger_reason}; "
+                f"{sum(1 for g in self.groups if g.weight_segments)} FSDP modules, rank {self.rank} of {self.world}"
+                f"{', closed' if self.closed else ''})")

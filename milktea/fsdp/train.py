@@ -137,6 +137,8 @@ class Trainer:
         model, layers, (self.x, self.y), self.loss_fn, self.task = _model_and_data(cfg, self.world, self.rank)
         self.model = model.to(self.device)
         group = _shard(cfg, self.model, layers, self.device)
+        # what FSDP2 frees after forward and gathers again for backward: the layers, not the root's own
+        self.regathered = sum(p.numel() for layer in layers for p in layer.parameters())
         self.state = None
         if cfg.install:
             link = EmulatedLink.gbit(cfg.link_gbit) if cfg.link_gbit is not None else None
@@ -192,7 +194,7 @@ class Trainer:
         out = {"rank": self.rank, "world": self.world, "losses": self.losses, "step_s": self.times,
                "traffic": list(state.stats.steps) if state is not None else [], "memory": self.memory,
                "state": repr(state), "ledger": state.ledger if state is not None else None,
-               "params": sum(p.numel() for p in self.model.parameters())}
+               "params": sum(p.numel() for p in self.model.parameters()), "regathered": self.regathered}
         if self.cfg.return_params:
             out["shards"] = {n: p.to_local().detach().clone().cpu() for n, p in self.model.named_parameters()}
         if self.cfg.evaluate:

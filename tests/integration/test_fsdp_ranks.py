@@ -62,3 +62,18 @@ def test_a_run_resumed_in_new_processes_is_bit_identical(ranks, tmp_path):
     for a, b in zip(whole, resumed):
         assert b["losses"] == a["losses"][3:]
         assert all(torch.equal(a["shards"][k], b["shards"][k]) for k in a["shards"])
+
+
+def test_a_notebooks_run_reports_what_crossed_beside_the_cost_model(ranks):
+    import milktea.fsdp
+    from milktea import Quantize
+    r = milktea.fsdp.run(Quantize(bits=4, chunk=256), workers=2, steps=3, weights=Quantize(bits=8, chunk=256),
+                         ranks=ranks(2), evaluate=True)
+    assert len(r.losses) == 3 and r.ledger is None and r.eval_loss > 0
+    priced = r.priced()
+    for k in ("reduce_scatter", "all_gather_forward", "all_gather_backward"):
+        assert r.bytes(k) == pytest.approx(priced[k], rel=0.10), k
+    assert 6.5 < r.rows()[2]["ratio"] < 8 and "fewer than FSDP2's own" in repr(r)
+    assert len(r.memory) == 2 and r.memory[1]["optimizer"] == 2 * r.memory[1]["params"]
+    with pytest.raises(ValueError, match="pool has 2 ranks"):
+        milktea.fsdp.run(None, workers=4, ranks=ranks(2))
