@@ -10,7 +10,6 @@ same seeded batches whatever is compressed, so two runs differ only by what cros
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
@@ -132,8 +131,10 @@ class Trainer:
         from .state import compress
         self.cfg = cfg
         self.world, self.rank = dist.get_world_size(), dist.get_rank()
-        self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) \
-            if dist.get_backend() == "nccl" else torch.device("cpu")
+        from ..device import rank_device
+        self.device = rank_device(dist.get_backend())   # this rank's GPU under NCCL, else the CPU
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)   # fully_shard's default mesh takes the current device
         model, layers, (self.x, self.y), self.loss_fn, self.task = _model_and_data(cfg, self.world, self.rank)
         self.model = model.to(self.device)
         group = _shard(cfg, self.model, layers, self.device)
@@ -172,6 +173,8 @@ class Trainer:
         if self.state is not None:
             self.memory = self.state.memory(self.opt)          # the gradient shards still there
         self.opt.zero_grad()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
         self.times.append(time.perf_counter() - t0)
         dist.all_reduce(total)
         self.losses.append(float(total) / self.world)
