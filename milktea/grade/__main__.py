@@ -65,8 +65,10 @@ def main(argv=None) -> int:
                     help="what feedback shows of hidden tests, by their visibility (after_due_date)")
     ap.add_argument("--late-penalty", metavar="RULE",
                     help="take points off late submissions: P%% (any late one), P%%/day (per started day), "
-                         "P%%/day,max=Q%%; lateness from Canvas's _LATE_ names or --submitted (see docs/grading.md)")
-    ap.add_argument("--due", help="the due date, e.g. 2026-12-01T23:59 (with --submitted)")
+                         "P%%/day,max=Q%%; lateness from Canvas's _LATE_ names, Gradescope's submission times "
+                         "or --submitted (see docs/grading.md)")
+    ap.add_argument("--due", help="the due date, e.g. 2026-12-01T23:59 (a time without a zone is UTC), for "
+                                        "--submitted or Gradescope's submission times")
     ap.add_argument("--submitted", metavar="CSV", help="CSV with the header student,submitted: each student's "
                                                        "submission time (an LMS export), compared with --due")
     ap.add_argument("--trust-submissions", action="store_true",

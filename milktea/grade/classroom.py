@@ -152,6 +152,8 @@ def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden
     class_list = lms.Roster.read(roster) if roster else None
     rule = late.Rule.parse(late_rule) if late_rule else None
     times = late.days_late(submitted, due)
+    if due:
+        late.days_after(due, due, "--due")   # a --due that is not a date is refused before anything runs
     box = isolation.probe() if box is None else box
     if not box.isolated and not trust:
         raise SetupError(refusal(box))
@@ -160,6 +162,12 @@ def grade_class(submissions: str, out: str, solutions: str = "solutions", hidden
     except ValueError as e:
         raise SetupError(str(e)) from None
     found, notes = find_submissions(submissions, list(found_assignments), chapter)
+    for st in found.values():   # Gradescope's submission times, against --due
+        try:
+            st.late = late.merge(st.late, late.days_after(st.submitted, due, "submission_metadata.yml"))
+        except SetupError:
+            st.note(lazy("submission_metadata.yml gives a submission time that is not a date ({when}): "
+                         "its lateness is unknown", when=st.submitted[:40]))
     found, status = _by_roster(found, class_list)
     chapters = sorted({ch for st in found.values() for ch in st.files if ch} | ({chapter} if chapter else set()))
     if not chapters and class_list is not None:

@@ -1,7 +1,8 @@
 """A late policy: which submissions were late, by how much, and what that costs.
 
 Lateness comes from the LMS download (Canvas marks a late file `_LATE_`, which says late but
-not by how much) or from submission times (`--submitted times.csv` with `student,submitted`
+not by how much; Gradescope's submission_metadata.yml gives each submission's time, compared
+with `--due`) or from submission times (`--submitted times.csv` with `student,submitted`
 rows, as an LMS export gives them, and `--due`). The rule comes from the command line:
 
     --late-penalty 10%            10% of the student's score for any late submission
@@ -59,9 +60,18 @@ class Rule:
         return f"{self.percent:g}%" + ("/day" if self.per_day else "") + (f",max={self.cap:g}%" if self.cap < 100 else "")
 
 
+# ISO 8601 as people and LMS exports write it: Gradescope's "2026-12-01 23:10:11.123456789 -08:00"
+_TIME = re.compile(r"^\s*(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d(?::\d\d)?)(?:\.(\d+))?\s*(Z|UTC|[+-]\d\d:?\d\d)?\s*$")
+
+
 def _when(text: str, where: str) -> datetime:
+    m = _TIME.match(text or "")
     try:
-        t = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        if not m:
+            raise ValueError
+        zone = {"Z": "+00:00", "UTC": "+00:00", None: ""}.get(m[4], m[4])
+        zone = zone if ":" in zone or not zone else zone[:3] + ":" + zone[3:]
+        t = datetime.fromisoformat(f"{m[1]}T{m[2]}" + (f".{m[3][:6]:0<6}" if m[3] else "") + zone)
     except ValueError:
         raise SetupError(f"{where}: {text!r} is not a date and time (write 2026-12-01T23:59, with +01:00 if "
                          "you want a time zone)") from None
@@ -89,6 +99,18 @@ def days_late(times_csv: str | None, due: str | None) -> dict:
             raise SetupError(f"--submitted {times_csv}, line {n}: a student and a time are needed")
         out[r[0].strip()] = (_when(r[1], f"--submitted {times_csv}, line {n}") - deadline).total_seconds() / 86400
     return out
+
+
+def days_after(when: str, due: str | None, where: str) -> float | None:
+    """Days from `due` to `when` (an LMS's submission time; <= 0 when on time), or None
+    when either is missing.
+
+        >>> days_after("2026-12-02 03:59:00.000000000 -08:00", "2026-12-01T23:59", "x")
+        0.5
+    """
+    if not when or not due:
+        return None
+    return (_when(when, where) - _when(due, "--due")).total_seconds() / 86400
 
 
 def merge(a, b):

@@ -69,6 +69,26 @@ def gradescope_submitters(text: str) -> dict:
     return out
 
 
+def gradescope_times(text: str) -> dict:
+    """{"submission_123": "2026-12-01 23:10:11.000000000 -08:00"}: each submission's
+    :created_at: in Gradescope's submission_metadata.yml (the submission's own line, two
+    spaces in; the submitters' lines are deeper).
+
+        >>> gradescope_times("submission_7:\\n  :created_at: 2026-12-02 08:00:00 +00:00\\n")
+        {'submission_7': '2026-12-02 08:00:00 +00:00'}
+    """
+    out, current = {}, None
+    for line in text.splitlines():
+        top = re.match(r"^(submission_\d+):\s*$", line)
+        if top:
+            current = top.group(1)
+            continue
+        field = re.match(r"^  :created_at:\s*(.*?)\s*$", line)
+        if field and current is not None and field.group(1) not in ("", "~", "null"):
+            out[current] = field.group(1).strip("'\"")
+    return out
+
+
 class Roster:
     """The class list: `ids` in order, and every alias of each id."""
 

@@ -102,6 +102,7 @@ class Student:
     notes: list = field(default_factory=list)     # what was refused or ignored, for the feedback
     keys: list = field(default_factory=list)      # what its names say of the student (lms.keys), for a roster
     late: object = None                           # None, True (an LMS marked it late) or days late (a float)
+    submitted: str = ""                           # when the LMS says it was submitted (Gradescope's :created_at:)
     fault: str = ""                               # the grader's own failure while reading it (retried next run)
 
     def note(self, text):
@@ -253,13 +254,15 @@ def _odd_name(raw: bytes, student: Student) -> None:
                       "a roster row may name it either way", name=shown(raw), latin=latin))
 
 
-def _gradescope_metadata(root_fd: int) -> dict:
-    """Gradescope's submission_metadata.yml (a download of all submissions), if it is there."""
+def _gradescope_metadata(root_fd: int) -> tuple[dict, dict]:
+    """Gradescope's submission_metadata.yml (a download of all submissions), if it is there:
+    ({folder: its submitters' ids, emails and names}, {folder: when it was submitted})."""
     try:
         raw = read_regular(root_fd, "submission_metadata.yml", 8 << 20)
     except OSError:
-        return {}
-    return lms.gradescope_submitters(raw.decode("utf-8", "replace"))
+        return {}, {}
+    text = raw.decode("utf-8", "replace")
+    return lms.gradescope_submitters(text), lms.gradescope_times(text)
 
 
 def _student(students: dict, taken: dict, raw: bytes, name: str) -> Student:
@@ -318,7 +321,8 @@ def _entry(root_fd, e, name, raw, students, taken, gradescope, notes, known, cha
     late = lms.late(name)
     if stat.S_ISDIR(mode):
         st = _student(students, taken, raw, name)
-        st.keys += keys + gradescope.get(e.name, [])
+        st.keys += keys + gradescope[0].get(e.name, [])
+        st.submitted = st.submitted or gradescope[1].get(e.name, "")
         st.late = st.late or late
         _odd_name(raw, st)
         _scan_student(root_fd, e.name, st, known, chapter)

@@ -216,6 +216,28 @@ def test_overrides_late_policy_and_csv_cells(tmp_path, refused):
     assert "'=HYPERLINK" in (out / "grades.csv").read_text()
 
 
+def test_gradescope_submission_times_are_compared_with_the_due_date(tmp_path):
+    subs = tmp_path / "subs"
+    when = {"1": "2026-12-01 15:00:00.000000000 -08:00", "2": "2026-12-02 21:47:00.123456789 -08:00",
+            "3": "last Tuesday"}
+    meta = ""
+    for n, t in when.items():
+        (subs / f"submission_{n}").mkdir(parents=True)
+        (subs / f"submission_{n}" / "hw.ipynb").write_text("[")
+        meta += (f"submission_{n}:\n  :submitters:\n  - :name: S{n}\n    :sid: '{n}'\n"
+                 f"    :created_at: 2020-01-01 00:00:00 +00:00\n  :created_at: {t}\n  :score: 0.0\n")
+    (subs / "submission_metadata.yml").write_text(meta)
+    out = tmp_path / "out"
+    run(tmp_path, subs, out, late_rule="10%", due="2026-12-01T23:59")
+    _, rows = table(out)
+    assert rows["submission_1"]["late"] == "" and rows["submission_1"]["status"] != "late"
+    assert rows["submission_2"]["late"] == "1.2 days" and rows["submission_2"]["status"] == "late"
+    assert rows["submission_3"]["late"] == ""
+    assert "not a date (last Tuesday)" in (out / "feedback" / "submission_3.txt").read_text()
+    with pytest.raises(SetupError, match="--due"):
+        run(tmp_path, subs, tmp_path / "out2", late_rule="10%", due="Friday")
+
+
 def test_late_rules():
     from milktea.grade import late
     rule = late.Rule.parse("10%/day,max=25%")
