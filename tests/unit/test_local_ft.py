@@ -206,6 +206,29 @@ def test_a_run_that_cannot_be_is_refused_before_anything_starts(tmp_path, monkey
     assert started == []
 
 
+def test_each_group_gets_its_device_and_backend_by_the_librarys_rule(monkeypatch):
+    """Group g is local rank g of the machine: cuda:g and NCCL when every group has a GPU,
+    else the CPU and gloo (checked by construction: no GPU is needed to see the choice)."""
+    pytest.importorskip("torchft")
+    from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
+
+    from milktea.device import rank_device
+    from milktea.local.ft import FTJob
+    from milktea.local.ft.engine import group_class, process_group
+    assert isinstance(process_group(5, torch.device("cpu")), ProcessGroupGloo)
+    assert group_class(None) is ProcessGroupGloo and group_class(torch.device("cuda", 1)) is ProcessGroupNCCL
+    job = FTJob(DiLoCo(inner_steps=2), RunConfig(task="digits", steps=4), groups=3)
+    env = job._group_env(2)
+    assert (env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == ("2", "3") and "RANK" not in env
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for gpus, want in ((3, torch.device("cuda", 2)), (2, torch.device("cpu"))):
+        monkeypatch.setattr(torch.cuda, "device_count", lambda gpus=gpus: gpus)
+        monkeypatch.delenv("MILKTEA_DEVICE", raising=False)
+        monkeypatch.setenv("LOCAL_RANK", env["LOCAL_RANK"])
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", env["LOCAL_WORLD_SIZE"])
+        assert rank_device() == want
+
+
 def test_without_torchft_the_error_says_how_to_install_it(monkeypatch):
     from milktea.local.ft.engine import require
     monkeypatch.setitem(sys.modules, "torchft", None)

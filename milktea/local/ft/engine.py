@@ -56,15 +56,24 @@ def extension_path() -> str:
     return os.path.join(folder, names[0])
 
 
-def process_group(timeout_s: float):
-    """torchft's reconfigurable ProcessGroupGloo, which also remembers each quorum it is
-    configured for: its id and the replica groups in it (torchft's `global_ranks`: a
-    group's id, as each group here has one rank)."""
+def group_class(device: torch.device | None):
+    """torchft's process group for tensors on `device`: ProcessGroupNCCL on CUDA,
+    ProcessGroupGloo otherwise (`milktea.device.backend_for`, the rule of every run)."""
+    from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
+
+    from ...device import backend_for
+    return ProcessGroupNCCL if device is not None and backend_for(device) == "nccl" else ProcessGroupGloo
+
+
+def process_group(timeout_s: float, device: torch.device | None = None):
+    """torchft's reconfigurable process group for a replica group whose tensors live on
+    `device` (the library's one rule, `milktea.device.backend_for`: NCCL on CUDA, gloo
+    otherwise), which also remembers each quorum it is configured for: its id and the
+    replica groups in it (torchft's `global_ranks`: a group's id, as each group here has
+    one rank)."""
     from datetime import timedelta
 
-    from torchft.process_group import ProcessGroupGloo
-
-    class Recorded(ProcessGroupGloo):
+    class Recorded(group_class(device)):
         quorum_id, members = -1, []
 
         def configure(self, store_addr, replica_id, rank, world_size, quorum_id=None, group_rank=None,

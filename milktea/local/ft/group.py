@@ -153,7 +153,7 @@ class Side:
         ft = spec["ft"]
         self.run, self.events, self.group, self.ft = run, events, group, ft
         self.store = TCPStore(ft.host, 0, is_master=True, wait_for_workers=False)
-        self.pg = process_group(ft.timeout_s)
+        self.pg = process_group(ft.timeout_s, run.device)   # NCCL when the group's model is on a GPU
         self.healed, self.received, self.exchanges, self.joining = False, 0, 0, False
         self.manager = Manager(
             pg=self.pg, load_state_dict=self._receive, state_dict=self._give, min_replica_size=ft.min_groups,

@@ -134,12 +134,18 @@ class FTJob:
         env.setdefault("RUST_LOG", "warn")
         return env
 
+    def _group_env(self, group: int) -> dict:
+        # the device rule (milktea.device.rank_device) sees each group as one local rank of the
+        # machine: group g takes cuda:g when every group has a GPU of its own (then NCCL), else the CPU
+        return dict(self._env(), LOCAL_RANK=str(group), LOCAL_WORLD_SIZE=str(self.world))
+
     def _spawn(self, group: int, incarnation: int, standby: bool = False) -> None:
         name = os.path.join(self.folder, f"group{group}-{incarnation}")
         with open(name + ".log", "ab") as log:
             p = subprocess.Popen([sys.executable, "-m", ENGINES[self.engine], self.spec_path, str(group),
                                   str(incarnation)] + (["standby"] if standby else []), stdout=log,
-                                 stderr=subprocess.STDOUT, env=self._env(), start_new_session=True, cwd=os.getcwd())
+                                 stderr=subprocess.STDOUT, env=self._group_env(group), start_new_session=True,
+                                 cwd=os.getcwd())
         self.procs.append(_Proc(group, incarnation, p, name + ".jsonl", standby))
 
     def _main(self) -> None:
