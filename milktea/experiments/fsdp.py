@@ -27,7 +27,7 @@ COLUMNS = (N_("scheme"), N_("params GB"), N_("grads GB"), N_("optimizer GB"), N_
            N_("all-reduce kB"), N_("reduce-scatter kB"), N_("all-gathers kB"), N_("total kB"), N_("x fewer than fp32"),
            N_("loss"), N_("cost model kB"), N_("model error"), N_("params kB"), N_("grads kB"), N_("optimizer kB"),
            N_("ledger kB"), N_("ledger / grads"), N_("link (Gbit/s)"), N_("fp32 step s"), N_("int8 step s"),
-           N_("int8 against fp32"), N_("int8: % computing"))
+           N_("int8 against fp32"), N_("int8: time computing (%)"))
 
 
 def holdings(params, workers: int, *, optimizer_bytes: float = 8.0, param_bytes: float = 4.0,
@@ -234,7 +234,7 @@ def paying_rows(params, workers: int, compute_s: float, gbits=(1, 10, 100, 400),
         a = step_s(params, workers, link, compute_s, grad_bytes=4.0, weight_bytes=4.0)
         b = step_s(params, workers, link, compute_s, grad_bytes=int8, weight_bytes=int8)
         rows.append({"link (Gbit/s)": g, "fp32 step s": a, "int8 step s": b,
-                     "int8 against fp32": verdicts.speed(b, a, noise=noise), "int8: % computing": 100 * compute_s / b})
+                     "int8 against fp32": verdicts.speed(b, a, noise=noise), "int8: time computing (%)": 100 * compute_s / b})
     return rows
 
 

@@ -13,7 +13,7 @@ WIRE = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0 + 4 / 256, "int4": 0.5 + 4 / 256}
 
 
 def _mb(x: float) -> str:
-    return f"{x / 1e6:,.0f} MB" if x >= 1e8 else f"{x / 1e6:.3g} MB"
+    return f"{x / 1e9:.3g} GB" if x >= 1e9 else f"{x / 1e6:.3g} MB"
 
 
 def sharding_view(params: float = 1e9, shards: int = 8, stage: int = 3, grads: str = "fp32",

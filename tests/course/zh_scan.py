@@ -45,6 +45,7 @@ ALLOW = frozenset(w.lower() for w in """
     1-bit BERT-large GPT-2 XL ResNet-50 Milktea Sans SC WenQuanYi Micro Hei Noto CJK
     alpha beta gamma sqrt log exp max min argmax
     id ids dtype
+    HSDP qgZ qwZ ZeRO++ ZeRO-1 ZeRO-2 ZeRO-3
     Agarwal
 """.split())   # the last line: authors a sentence cites by name
 
