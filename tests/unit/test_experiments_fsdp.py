@@ -107,7 +107,16 @@ def test_run_tables_and_the_bf16_sentence(lang):
     assert "3.00" in fx.ledger_sentence(worker, shard, workers=4)
 
 
-def test_the_view_prices_what_its_controls_say(lang):
+@pytest.fixture
+def drawn_in(lang):
+    """The language with its fonts (Chinese glyphs for the figure), as a chapter's first cell sets them."""
+    before = i18n.language()
+    i18n.use(lang)
+    yield lang
+    i18n.use(before)
+
+
+def test_the_view_prices_what_its_controls_say(drawn_in):
     from milktea.widgets.sharding import sharding_view
     v = sharding_view(params=1e9, shards=8, stage=3)
     before = v.readout.value
