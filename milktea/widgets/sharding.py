@@ -12,6 +12,13 @@ from .panel import slider_style, table, view
 WIRE = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0 + 4 / 256, "int4": 0.5 + 4 / 256}
 
 
+def grad_wire() -> dict:
+    """The gradients' formats: WIRE's, and Top-1% (values and indices, as milktea packs them),
+    its bytes per entry measured on a packet."""
+    from ..compressors import TopK
+    return {**WIRE, "Top-1%": cost.bytes_per_entry(TopK(0.01))}
+
+
 def _mb(x: float) -> str:
     return f"{x / 1e9:.3g} GB" if x >= 1e9 else f"{x / 1e6:.3g} MB"
 
@@ -21,11 +28,12 @@ def sharding_view(params: float = 1e9, shards: int = 8, stage: int = 3, grads: s
     """Shards, stage, wire formats and ledger -> bytes one rank sends per step and bytes it holds,
     with a figure of both against the number of shards."""
     s = slider_style()
+    gwire = grad_wire()
     controls = {
         "shards": w.IntSlider(value=shards, min=1, max=256, description=_("shards N"), **s),
         "stage": w.Dropdown(options=[(_("DDP"), 0), ("ZeRO-1", 1), ("ZeRO-2", 2), (_("ZeRO-3 / FSDP"), 3)],
                             value=stage, description=_("stage")),
-        "grads": w.Dropdown(options=list(WIRE), value=grads, description=_("gradients")),
+        "grads": w.Dropdown(options=list(gwire), value=grads, description=_("gradients")),
         "weights": w.Dropdown(options=list(WIRE), value=weights, description=_("weights")),
         "ledger": w.Dropdown(options=[(_("none"), "none"), (_("before the reduce-scatter"), "worker"),
                                       (_("on the reduced shard"), "shard")], value=ledger, description=_("ledger")),
@@ -34,7 +42,10 @@ def sharding_view(params: float = 1e9, shards: int = 8, stage: int = 3, grads: s
     }
 
     def priced(params, n, stage, grads, weights, ledger):
-        b = cost.step_bytes(params, n, stage=stage, grad_bytes=WIRE[grads], weight_bytes=WIRE[weights])
+        if stage == 0 and grads == "Top-1%":     # sparse packets cannot be summed on the way: DDP gathers them
+            b = {"total": cost.all_gather_bytes(params * gwire[grads], n)}
+        else:
+            b = cost.step_bytes(params, n, stage=stage, grad_bytes=gwire[grads], weight_bytes=WIRE[weights])
         m = cost.memory_per_rank(params, n, stage=stage, optimizer_bytes=optimizer_bytes,
                                  ledger=None if ledger == "none" else ledger)
         return b, m

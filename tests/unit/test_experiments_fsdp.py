@@ -1,8 +1,6 @@
 """Chapter 09's numbers and words (milktea.experiments.fsdp, milktea.widgets.sharding): the
 tables against milktea.fsdp.cost and hand-computed references, and every verdict fed numbers
 that turn it, in both languages."""
-import math
-
 import pytest
 
 from milktea import i18n
@@ -126,4 +124,10 @@ def test_the_view_prices_what_its_controls_say(drawn_in):
     assert "3.5 GB" in v.readout.value                                 # 7/8 of 1e9 fp32 entries
     v.controls["stage"].value = 0
     v.controls["ledger"].value = "none"
-    assert "16 GB" in v.readout.value and not math.isnan(len(v.readout.value))
+    assert "16 GB" in v.readout.value
+    v.controls["grads"].value = "Top-1%"                               # DDP gathers Top-1% packets: (N-1) of them
+    from milktea.widgets.sharding import grad_wire
+    c = grad_wire()["Top-1%"]
+    assert 0.02 < c < 0.2 and f"{7 * c * 1e9 / 1e6:.3g} MB" in v.readout.value
+    v.controls["stage"].value = 3                                      # a reduce-scatter: (N-1)/N of the packets
+    assert f"{(7 / 8 * c + 2 * 7 / 8 * 4) * 1e9 / 1e9:.3g} GB" in v.readout.value
