@@ -185,6 +185,15 @@ def ledger_sentence(worker_row: dict, shard_row: dict, workers: int) -> str:
         b=shard_row["ledger kB"], vb=ledger_verdict(shard_row["ledger kB"], shard_row["grads kB"]))
 
 
+def hop_sentence(run) -> str:
+    """HSDP's two hops from one run: the compressed one between replicas against FSDP2's own
+    all-reduce of the shard, and the reduce-scatter inside the node, left as it was."""
+    a, b = run.bytes("all_reduce"), run.dense_bytes("all_reduce")
+    return _("Between the replicas the compressor sent {a:.1f} kB per rank and step where FSDP2's own all-reduce "
+             "of the shard sends {b:.1f} kB ({r:.0f}x fewer); inside each node the reduce-scatter stayed FSDP2's "
+             "own, {c:.1f} kB.").format(a=a / 1e3, b=b / 1e3, r=b / a, c=run.bytes("reduce_scatter") / 1e3)
+
+
 PLACES = (N_("FSDP over every rank, int8 (no ledger)"), N_("FSDP over every rank, Top-1% + ledger"),
           N_("HSDP: FSDP in a node, Top-1% + ledger between nodes"))
 

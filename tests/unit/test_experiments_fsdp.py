@@ -103,6 +103,10 @@ def test_run_tables_and_the_bf16_sentence(lang):
     worker = {"ledger kB": 30.0, "grads kB": 10.0}
     shard = {"ledger kB": 10.0, "grads kB": 10.0}
     assert "3.00" in fx.ledger_sentence(worker, shard, workers=4)
+    hop = StepTraffic(0, {"reduce_scatter": Traffic(1, 400, 400), "all_reduce": Traffic(1, 10, 300)})
+    hsdp = FSDPRun(RunConfig(replicas=2), 4, 100, [3.0], [0.1], [hop, hop], [mem] * 4, "shard", "state")
+    assert ("(30x fewer)" if lang == "en" else "少到 1/30") in fx.hop_sentence(hsdp)
+    assert "0.3 kB" in fx.hop_sentence(hsdp) and "0.4 kB" in fx.hop_sentence(hsdp)
 
 
 @pytest.fixture
