@@ -12,7 +12,7 @@ SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
 HIDDEN = ROOT / "tests" / "hidden_example"
 CHAPTERS = ["01_bottleneck", "02_compression", "03_topk", "04_error_feedback", "05_quantization", "06_engineering",
-            "08_local_steps"]
+            "08_local_steps", "09_sharding"]
 
 
 def load(chapter: str) -> assignment.Assignment:

@@ -1263,6 +1263,246 @@ WRONG = {
                     holders = set(e["members"])
                 return {"stale": stale, "lost": lost}""")),
     ],
+    # --- 09: sharding ------------------------------------------------------------------------
+    "09.1": [
+        ("stage 1 shards the weights first", _src("""
+            def smallest_stage(params, ranks, memory_bytes, param_bytes, grad_bytes, optimizer_bytes):
+                for stage in range(4):
+                    held = (params * param_bytes / (ranks if stage >= 1 else 1)
+                            + params * grad_bytes / (ranks if stage >= 2 else 1)
+                            + params * optimizer_bytes / (ranks if stage >= 3 else 1))
+                    if held <= memory_bytes:
+                        return stage
+                return None""")),
+        ("the most sharding that fits, not the least", _src("""
+            def smallest_stage(params, ranks, memory_bytes, param_bytes, grad_bytes, optimizer_bytes):
+                for stage in (3, 2, 1, 0):
+                    held = (params * param_bytes / (ranks if stage >= 3 else 1)
+                            + params * grad_bytes / (ranks if stage >= 2 else 1)
+                            + params * optimizer_bytes / (ranks if stage >= 1 else 1))
+                    if held <= memory_bytes:
+                        return stage
+                return None""")),
+        ("forgets the optimizer state", _src("""
+            def smallest_stage(params, ranks, memory_bytes, param_bytes, grad_bytes, optimizer_bytes):
+                for stage in range(4):
+                    held = (params * param_bytes / (ranks if stage >= 3 else 1)
+                            + params * grad_bytes / (ranks if stage >= 2 else 1))
+                    if held <= memory_bytes:
+                        return stage
+                return None""")),
+        ("an exact fit taken as too big", _src("""
+            def smallest_stage(params, ranks, memory_bytes, param_bytes, grad_bytes, optimizer_bytes):
+                for stage in range(4):
+                    held = (params * param_bytes / (ranks if stage >= 3 else 1)
+                            + params * grad_bytes / (ranks if stage >= 2 else 1)
+                            + params * optimizer_bytes / (ranks if stage >= 1 else 1))
+                    if held < memory_bytes:
+                        return stage
+                return None""")),
+        ("stage 3 when nothing fits", _src("""
+            def smallest_stage(params, ranks, memory_bytes, param_bytes, grad_bytes, optimizer_bytes):
+                for stage in range(3):
+                    held = (params * param_bytes
+                            + params * grad_bytes / (ranks if stage >= 2 else 1)
+                            + params * optimizer_bytes / (ranks if stage >= 1 else 1))
+                    if held <= memory_bytes:
+                        return stage
+                return 3""")),
+    ],
+    "09.2": [
+        ("FSDP without the re-gather for backward", _src("""
+            def sharded_step_bytes(params, ranks, stage, grad_bytes, weight_bytes, regathered):
+                share = (ranks - 1) / ranks
+                if stage == 0:
+                    return 2 * share * params * grad_bytes
+                return share * params * (grad_bytes + weight_bytes)""")),
+        ("DDP's all-reduce counted as a reduce-scatter only", _src("""
+            def sharded_step_bytes(params, ranks, stage, grad_bytes, weight_bytes, regathered):
+                share = (ranks - 1) / ranks
+                sent = share * params * grad_bytes
+                if stage >= 1:
+                    sent += share * params * weight_bytes
+                if stage == 3:
+                    sent += share * regathered * weight_bytes
+                return sent""")),
+        ("every layer re-gathered, whatever FSDP keeps", _src("""
+            def sharded_step_bytes(params, ranks, stage, grad_bytes, weight_bytes, regathered):
+                share = (ranks - 1) / ranks
+                if stage == 0:
+                    return 2 * share * params * grad_bytes
+                return share * params * (grad_bytes + weight_bytes * (2 if stage == 3 else 1))""")),
+        ("the all-gathers priced at the gradient's bytes", _src("""
+            def sharded_step_bytes(params, ranks, stage, grad_bytes, weight_bytes, regathered):
+                share = (ranks - 1) / ranks
+                if stage == 0:
+                    return 2 * share * params * grad_bytes
+                return share * (2 * params + (regathered if stage == 3 else 0)) * grad_bytes""")),
+        ("a whole tensor per ring turn", _src("""
+            def sharded_step_bytes(params, ranks, stage, grad_bytes, weight_bytes, regathered):
+                turns = ranks - 1
+                if stage == 0:
+                    return 2 * turns * params * grad_bytes
+                return turns * (params * grad_bytes + params * weight_bytes + (regathered * weight_bytes if stage == 3 else 0))""")),
+    ],
+    "09.3": [
+        ("the clerk's loop as given", _src("""
+            def qgz_reduce_scatter(grads, bits, block):
+                ranks, n = grads.shape
+                top = 2 ** (bits - 1) - 1
+                size = n // ranks
+                codes, scales = np.zeros((ranks, n)), np.zeros((ranks, n))
+                for sender in range(ranks):
+                    for start in range(0, n, block):
+                        part = grads[sender, start:start + block]
+                        s = np.abs(part).max() / top
+                        scales[sender, start:start + block] = s
+                        codes[sender, start:start + block] = np.round(part / s) if s > 0 else 0
+                out = np.zeros((ranks, size))
+                for dest in range(ranks):
+                    mine = slice(dest * size, (dest + 1) * size)
+                    out[dest] = codes[:, mine].sum(axis=0) * scales[:, mine].mean(axis=0) / ranks
+                return out""")),
+        ("decodes before adding, but blocks still cut across the whole gradient", _src("""
+            def qgz_reduce_scatter(grads, bits, block):
+                ranks, n = grads.shape
+                top = 2 ** (bits - 1) - 1
+                decoded = np.zeros((ranks, n))
+                for sender in range(ranks):
+                    for start in range(0, n, block):
+                        part = grads[sender, start:start + block]
+                        s = np.abs(part).max() / top
+                        decoded[sender, start:start + block] = np.round(part / s) * s if s > 0 else 0
+                return decoded.mean(axis=0).reshape(ranks, n // ranks)""")),
+        ("blocks per chunk, but the codes added before decoding", _src("""
+            def qgz_reduce_scatter(grads, bits, block):
+                ranks, n = grads.shape
+                top = 2 ** (bits - 1) - 1
+                size = n // ranks
+                codes, scales = np.zeros((ranks, n)), np.zeros((ranks, n))
+                for sender in range(ranks):
+                    for dest in range(ranks):
+                        for start in range(dest * size, (dest + 1) * size, block):
+                            stop = min(start + block, (dest + 1) * size)
+                            part = grads[sender, start:stop]
+                            s = np.abs(part).max() / top
+                            scales[sender, start:stop] = s
+                            codes[sender, start:stop] = np.round(part / s) if s > 0 else 0
+                out = np.zeros((ranks, size))
+                for dest in range(ranks):
+                    mine = slice(dest * size, (dest + 1) * size)
+                    out[dest] = codes[:, mine].sum(axis=0) * scales[:, mine].mean(axis=0) / ranks
+                return out""")),
+        ("summed, not averaged", _src("""
+            def qgz_reduce_scatter(grads, bits, block):
+                ranks, n = grads.shape
+                top = 2 ** (bits - 1) - 1
+                size = n // ranks
+                out = np.zeros((ranks, size))
+                for sender in range(ranks):
+                    for dest in range(ranks):
+                        chunk = grads[sender, dest * size:(dest + 1) * size]
+                        for start in range(0, size, block):
+                            part = chunk[start:start + block]
+                            s = np.abs(part).max() / top
+                            if s > 0:
+                                out[dest, start:start + block] += np.round(part / s) * s
+                return out""")),
+        ("one scale per chunk, no blocks", _src("""
+            def qgz_reduce_scatter(grads, bits, block):
+                ranks, n = grads.shape
+                top = 2 ** (bits - 1) - 1
+                size = n // ranks
+                out = np.zeros((ranks, size))
+                for sender in range(ranks):
+                    for dest in range(ranks):
+                        chunk = grads[sender, dest * size:(dest + 1) * size]
+                        s = np.abs(chunk).max() / top
+                        if s > 0:
+                            out[dest] += np.round(chunk / s) * s
+                return out / ranks""")),
+        ("its own chunk added unquantized", _src("""
+            def qgz_reduce_scatter(grads, bits, block):
+                ranks, n = grads.shape
+                top = 2 ** (bits - 1) - 1
+                size = n // ranks
+                out = np.zeros((ranks, size))
+                for sender in range(ranks):
+                    for dest in range(ranks):
+                        chunk = grads[sender, dest * size:(dest + 1) * size]
+                        if sender == dest:
+                            out[dest] += chunk
+                            continue
+                        for start in range(0, size, block):
+                            part = chunk[start:start + block]
+                            s = np.abs(part).max() / top
+                            if s > 0:
+                                out[dest, start:start + block] += np.round(part / s) * s
+                return out / ranks""")),
+    ],
+    "09.4": [
+        ("the worker's ledger holds the whole gradient", _src("""
+            import math
+
+            def largest_model(memory_bytes, ranks, param_bytes, grad_bytes, optimizer_bytes, ledger):
+                per = (param_bytes + grad_bytes + optimizer_bytes) / ranks + {None: 0, "worker": 4, "shard": 4 / ranks}[ledger]
+                return math.floor(memory_bytes / per)""")),
+        ("the ledger in the gradient's dtype", _src("""
+            import math
+
+            def largest_model(memory_bytes, ranks, param_bytes, grad_bytes, optimizer_bytes, ledger):
+                lb = grad_bytes
+                per = (param_bytes + grad_bytes + optimizer_bytes) / ranks
+                per += {None: 0, "worker": lb * (ranks - 1) / ranks, "shard": lb / ranks}[ledger]
+                return math.floor(memory_bytes / per)""")),
+        ("the shard's ledger unsharded", _src("""
+            import math
+
+            def largest_model(memory_bytes, ranks, param_bytes, grad_bytes, optimizer_bytes, ledger):
+                per = (param_bytes + grad_bytes + optimizer_bytes) / ranks
+                per += {None: 0, "worker": 4 * (ranks - 1) / ranks, "shard": 4}[ledger]
+                return math.floor(memory_bytes / per)""")),
+        ("rounded to the nearest, not down", _src("""
+            def largest_model(memory_bytes, ranks, param_bytes, grad_bytes, optimizer_bytes, ledger):
+                per = (param_bytes + grad_bytes + optimizer_bytes) / ranks
+                per += {None: 0, "worker": 4 * (ranks - 1) / ranks, "shard": 4 / ranks}[ledger]
+                return round(memory_bytes / per)""")),
+        ("the weights kept whole, as in ZeRO-2", _src("""
+            import math
+
+            def largest_model(memory_bytes, ranks, param_bytes, grad_bytes, optimizer_bytes, ledger):
+                per = param_bytes + (grad_bytes + optimizer_bytes) / ranks
+                per += {None: 0, "worker": 4 * (ranks - 1) / ranks, "shard": 4 / ranks}[ledger]
+                return math.floor(memory_bytes / per)""")),
+    ],
+    "09.5": [
+        ("packets added on the way, as if they were an all-reduce", _src("""
+            def slow_link_bytes(params, shards, replicas, grad_bytes, packet_bytes):
+                per = grad_bytes if packet_bytes is None else packet_bytes
+                return 2 * (replicas - 1) / replicas * params / shards * per""")),
+        ("the whole gradient crosses, not the shard", _src("""
+            def slow_link_bytes(params, shards, replicas, grad_bytes, packet_bytes):
+                if packet_bytes is None:
+                    return 2 * (replicas - 1) / replicas * params * grad_bytes
+                return (replicas - 1) * params * packet_bytes""")),
+        ("the all-gather counts its own packet", _src("""
+            def slow_link_bytes(params, shards, replicas, grad_bytes, packet_bytes):
+                if packet_bytes is None:
+                    return 2 * (replicas - 1) / replicas * params / shards * grad_bytes
+                return replicas * params / shards * packet_bytes""")),
+        ("the ring counted over the node's ranks, not the replicas", _src("""
+            def slow_link_bytes(params, shards, replicas, grad_bytes, packet_bytes):
+                if replicas == 1:
+                    return 0.0
+                if packet_bytes is None:
+                    return 2 * (shards - 1) / shards * params / shards * grad_bytes
+                return (shards - 1) * params / shards * packet_bytes""")),
+        ("the all-reduce counted as half a ring", _src("""
+            def slow_link_bytes(params, shards, replicas, grad_bytes, packet_bytes):
+                if packet_bytes is None:
+                    return (replicas - 1) / replicas * params / shards * grad_bytes
+                return (replicas - 1) * params / shards * packet_bytes""")),
+    ],
 }
 
 
@@ -1444,4 +1684,34 @@ RIGHT = {
                     out["stale"].extend([e["step"], g] for g in behind if g not in e["recovering"])
                 previous = list(e["members"])
             return out"""),
+    "09.1": _src("""
+        def smallest_stage(params, ranks, memory_bytes, param_bytes, grad_bytes, optimizer_bytes):
+            # bytes per parameter at each stage, as a list, then the first that fits
+            per = [param_bytes + grad_bytes + optimizer_bytes,
+                   param_bytes + grad_bytes + optimizer_bytes / ranks,
+                   param_bytes + (grad_bytes + optimizer_bytes) / ranks,
+                   (param_bytes + grad_bytes + optimizer_bytes) / ranks]
+            fits = [s for s, b in enumerate(per) if params * b <= memory_bytes]
+            return fits[0] if fits else None"""),
+    "09.3": _src("""
+        def qgz_reduce_scatter(grads, bits, block):
+            # vectorised over the senders: one block of every sender's chunk at a time
+            grads = np.asarray(grads, dtype=np.float64)
+            ranks, n = grads.shape
+            size, top = n // ranks, 2 ** (bits - 1) - 1
+            out = np.zeros((ranks, size))
+            for dest in range(ranks):
+                chunks = grads[:, dest * size:(dest + 1) * size]
+                for start in range(0, size, block):
+                    part = chunks[:, start:start + block]
+                    scale = np.abs(part).max(axis=1, keepdims=True) / top
+                    safe = np.where(scale > 0, scale, 1.0)
+                    out[dest, start:start + block] = (np.round(part / safe) * scale).mean(axis=0)
+            return out"""),
+    "09.4": _src("""
+        def largest_model(memory_bytes, ranks, param_bytes, grad_bytes, optimizer_bytes, ledger):
+            # the ledger's entries per parameter: (N-1)/N before the reduce-scatter, 1/N on the shard
+            entries = {None: 0, "worker": ranks - 1, "shard": 1}[ledger]
+            per_rank = param_bytes + grad_bytes + optimizer_bytes + 4 * entries     # bytes per N parameters
+            return int(memory_bytes * ranks // per_rank)"""),
 }

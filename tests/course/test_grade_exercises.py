@@ -196,6 +196,44 @@ def test_exercise_encodings_match_the_library():
     np.testing.assert_array_equal(topk["topk_sparsify"](x, 50), sparse)
 
 
+def test_sharding_answers_agree_with_the_fsdp_cost_model_and_the_quantizer():
+    """Exercise 09's masters against milktea.fsdp.cost (ZeRO memory and bytes, the ledger's
+    place, HSDP's hop) and against milktea's blockwise quantizer on every chunk."""
+    torch = pytest.importorskip("torch")
+    milktea = pytest.importorskip("milktea")
+    from milktea.fsdp import cost
+    ref = reference("09_sharding")
+    rng = np.random.default_rng(9)
+    for _ in range(200):
+        P, N = float(10 ** rng.uniform(3, 11)), int(rng.integers(1, 300))
+        pb, gb, ob = (int(rng.choice(c)) for c in ([2, 4], [2, 4], [0, 4, 8, 12]))
+        M = P * (pb + gb + ob) * 10 ** rng.uniform(-3, 0.2)
+        held = [cost.memory_per_rank(P, N, stage=s, param_bytes=pb, grad_bytes=gb, optimizer_bytes=ob)["total"]
+                for s in range(4)]
+        assert ref["smallest_stage"](P, N, M, pb, gb, ob) == next((s for s in range(4) if held[s] <= M), None)
+        stage, again, g, w = int(rng.integers(0, 4)), P * rng.uniform(0, 1), *rng.choice([1.016, 2.0, 4.0], 2)
+        assert ref["sharded_step_bytes"](P, N, stage, g, w, again) == pytest.approx(
+            cost.step_bytes(P, N, stage=stage, grad_bytes=g, weight_bytes=w, regathered=again)["total"], rel=1e-12)
+        ledger = [None, "worker", "shard"][int(rng.integers(0, 3))]
+        fits = ref["largest_model"](M, N, pb, gb, ob, ledger)
+        total = [cost.memory_per_rank(p, N, param_bytes=pb, grad_bytes=gb, optimizer_bytes=ob, ledger=ledger)["total"]
+                 for p in (fits, fits + 1)]
+        assert total[0] <= M * (1 + 1e-12) and total[1] > M * (1 - 1e-12)
+        R, packet = int(rng.integers(1, 40)), [None, 1.016, 0.53][int(rng.integers(0, 3))]
+        assert ref["slow_link_bytes"](P, N, R, g, packet) == pytest.approx(
+            cost.step_bytes(P, N, replicas=R, grad_bytes=g, replica_bytes=packet).get("all_reduce", 0.0), rel=1e-12)
+    for ranks, size, bits, block in ((2, 9, 8, 4), (4, 16, 4, 3), (3, 5, 8, 64), (1, 7, 2, 2)):
+        grads = rng.standard_normal((ranks, ranks * size))
+        grads[0, :2] = 0.0                               # a block of zeros
+        quant = milktea.Quantize(bits=bits, chunk=block)
+        lib = np.zeros((ranks, size))
+        for src in range(ranks):
+            for dst in range(ranks):
+                chunk = torch.as_tensor(grads[src, dst * size:(dst + 1) * size], dtype=torch.float32)
+                lib[dst] += quant.decompress(quant.compress(chunk)).double().numpy()
+        np.testing.assert_allclose(ref["qgz_reduce_scatter"](grads, bits, block), lib / ranks, rtol=1e-5, atol=1e-6)
+
+
 def test_error_feedback_keeps_the_ledger():
     ef = reference("04_error_feedback")
     rng = np.random.default_rng(0)
