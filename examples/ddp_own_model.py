@@ -3,8 +3,9 @@
     torchrun --nproc-per-node 2 examples/ddp_own_model.py      # or: python examples/ddp_own_model.py
 
 Any nn.Module works; here a small transformer that the hook knows nothing about
-(milktea.gpt), trained on Python source with Adam. LayerNorms and biases (< 1024 numbers)
-cross dense; every matrix goes as a Top-1% packet. The README shows this file's code.
+(milktea.gpt), trained on Python source with SGD, the momentum kept in the hook (DGC's
+momentum correction): error feedback feeding Adam(W) is unsound (chapter 05). LayerNorms and
+biases (< 1024 numbers) cross dense; every matrix goes as a Top-1% packet. The README shows this file's code.
 """
 import os
 
@@ -23,8 +24,8 @@ else:                                                # as a plain script: a worl
 rank = dist.get_rank()
 task = CharGPT(seed=0)                               # the same initial weights on every rank
 model = DDP(task.model())
-state = milktea.ddp.compress(model, TopK(ratio=0.01), error_feedback=True)
-opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+state = milktea.ddp.compress(model, TopK(ratio=0.01), error_feedback=True, momentum=0.9)
+opt = torch.optim.SGD(model.parameters(), lr=0.3)          # the momentum lives in the hook (DGC)
 x, y = task.shard(rank, dist.get_world_size())      # this rank's windows of text
 gen = torch.Generator().manual_seed(rank)
 for _ in range(20):
