@@ -184,9 +184,8 @@ class Targets(Task):
 
 @lru_cache(maxsize=1)
 def _load_digits():
-    from sklearn.datasets import load_digits
-    d = load_digits()
-    return d.data.astype(np.float64), d.target.astype(np.int64)
+    from milktea.digits_data import load_digits
+    return load_digits()
 
 
 class Digits(Task):
@@ -203,7 +202,7 @@ class Digits(Task):
 
     def __init__(self, hidden: int = 32, *, seed: int = 0, test_size: float = 0.2, noniid: bool = False,
                  dtype: torch.dtype = torch.float32):
-        from sklearn.model_selection import train_test_split
+        from milktea.digits_data import stratified_split
         self.hidden = check_int(hidden, "hidden", 0)
         self.seed = check_int(seed, "seed", 0)
         if not isinstance(test_size, float) or not 0 < test_size < 1:
@@ -211,7 +210,8 @@ class Digits(Task):
         self.noniid = bool(noniid)
         self.dtype = _check_dtype(dtype)
         X, y = _load_digits()
-        Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=test_size, random_state=self.seed, stratify=y)
+        train, test = stratified_split(y, test_size, self.seed)    # sklearn's stratified split, same draws
+        Xtr, Xte, ytr, yte = X[train], X[test], y[train], y[test]
         mean, std = Xtr.mean(0), Xtr.std(0)
         std[std == 0] = 1.0                     # pixels that are blank in every training image
         self.x_train = torch.from_numpy((Xtr - mean) / std).to(dtype)
