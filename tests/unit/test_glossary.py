@@ -20,7 +20,7 @@ def test_glossary_parses_and_names_every_term_once():
     names = [t.term for t in terms]
     assert len(names) == len(set(names)), "a term listed twice"
     by_name = {t.term: t for t in terms}
-    assert by_name["报告"].avoid == ("报表",)  # the seed's word wins
+    assert by_name["报告"].avoid == ("报表",)  # the story's word wins
     assert "四舍五入" in by_name["就近舍入"].avoid
     for t in terms:  # the term is masked first: a variant that contains it could never be found
         assert not any(t.term in v for v in t.avoid), t
