@@ -154,6 +154,25 @@ def _worker(cfg: dict, names: list[str], calibrate_sizes, interleave: bool, extr
             "floor_s": probe.floor(), "results": results, "backend": dist.get_backend(), "interleaved": interleave}
 
 
+def ready(pool, names=schemes.COMPARE_DEFAULT):
+    """Start `pool`'s ranks and load on them what a comparison of `names` loads first (torch's
+    DDP, which imports its compiler on first use, and each codec's compiled kernels); return
+    the pool. A notebook calls it in an earlier cell, so that `compare(names, ranks=pool)`
+    spends its time training, not starting up:
+
+        ranks = ready(Pool(2), ["dense", "topk"])          # doctest: +SKIP
+        result = compare(["dense", "topk"], ranks=ranks)   # doctest: +SKIP
+    """
+    pool.run(_ready, (check_names(names),))
+    return pool
+
+
+def _ready(names) -> None:
+    import torch._dynamo  # noqa: F401 - what DDP's constructor imports (seconds on a busy core)
+    from milktea.distributed.train import TrainConfig
+    _warm_up(names, TrainConfig())
+
+
 def check_names(names) -> list[str]:
     """The scheme names, each known (with a "did you mean" otherwise), once, at least one."""
     from milktea.cli import unknown
@@ -170,7 +189,7 @@ def check_names(names) -> list[str]:
 def compare(names=schemes.COMPARE_DEFAULT, config=None, *, workers: int = 2, netns_gbit: float | None = None,
             calibrate_sizes=None, interleave: bool | None = None, progress: bool = True,
             on_message=None, timeout: float | None = None, stall_timeout: float | None = None,
-            **settings) -> Comparison:
+            ranks=None, **settings) -> Comparison:
     """Train with every scheme in `names` on `workers` local ranks; return a Comparison.
 
     config: a milktea.distributed.train.TrainConfig with the training settings (its
@@ -188,6 +207,9 @@ def compare(names=schemes.COMPARE_DEFAULT, config=None, *, workers: int = 2, net
     milktea.distributed.calibrate.calibrate_link).
     timeout: seconds for the whole run; stall_timeout: stop, naming the rank, when one makes
     no progress for this long (see milktea.distributed.launch.launch).
+    ranks: a `milktea.distributed.Pool` of `workers` ranks that are already up (see `ready`):
+    the run skips starting processes and loading torch's DDP and the codecs; None starts
+    fresh ones.
     """
     from milktea.distributed.train import TrainConfig
     if config is None:
@@ -197,6 +219,8 @@ def compare(names=schemes.COMPARE_DEFAULT, config=None, *, workers: int = 2, net
     config = dataclasses.replace(config, **settings)   # checks the settings here, before any worker starts
     names = check_names(names)
     check_int(workers, "workers", 1)
+    if ranks is not None and (netns_gbit is not None or getattr(ranks, "nprocs", None) != workers):
+        raise ValueError(f"ranks must be a Pool of workers={workers} ranks (and no netns_gbit), got {ranks!r}")
     if netns_gbit is not None and config.link_gbit is not None:
         raise ValueError("choose link_gbit (emulated) or netns_gbit (shaped namespaces), not both")
     cfg = dataclasses.asdict(config)
@@ -221,7 +245,10 @@ def compare(names=schemes.COMPARE_DEFAULT, config=None, *, workers: int = 2, net
                 out = launch(_worker, workers, args, on_message=bars, netns=net, **limits)
             where = _("{gbit:g} Gbit/s tc-shaped veth link between network namespaces").format(gbit=netns_gbit)
         else:
-            out = launch(_worker, workers, args, on_message=bars, **limits)
+            if ranks is not None:
+                out = ranks.run(_worker, args, on_message=bars, timeout=timeout, stall_timeout=stall_timeout)
+            else:
+                out = launch(_worker, workers, args, on_message=bars, **limits)
             where = (_("emulated {gbit:g} Gbit/s link, {us:g} us latency").format(gbit=link_gbit, us=latency_us)
                      if link_gbit else _("the real link as it is (loopback)"))
     finally:

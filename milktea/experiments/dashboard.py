@@ -99,7 +99,7 @@ class Recorder:
 
 
 def live_run(names, on_record=None, config=None, *, workers: int = 2, interleave: bool | None = None,
-             timeout: float | None = None, **settings):
+             timeout: float | None = None, ranks=None, **settings):
     """Train every scheme in `names` on `workers` local ranks, calling `on_record(rank,
     message)` with each message rank 0 sends while it trains; return the same
     `milktea.distributed.report.Comparison` as `compare`. `config`: a TrainConfig (task,
@@ -107,13 +107,13 @@ def live_run(names, on_record=None, config=None, *, workers: int = 2, interleave
     1 Gbit/s link); `settings`: TrainConfig fields applied on top (steps=5, task="gpt",
     link_gbit=None for loopback...). With `interleave` (the default when the models fit in
     memory) the schemes take turns step by step, so every curve grows at once and all of
-    them see the same load."""
+    them see the same load. `ranks`: a Pool already up (see `milktea.distributed.compare.ready`)."""
     from ..distributed.compare import compare
     from ..distributed.train import TrainConfig
     if config is None:
         config = TrainConfig(steps=20, hidden=16384, link_gbit=1.0)
     return compare(names, config, workers=workers, interleave=interleave, progress=False,
-                   on_message=on_record, timeout=timeout, **settings)
+                   on_message=on_record, timeout=timeout, ranks=ranks, **settings)
 
 
 def evaluation(comparison, tt: dict | None = None) -> list[dict]:
