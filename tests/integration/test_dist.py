@@ -216,3 +216,19 @@ def test_compare_table_jsonl_and_plots(tmp_path):
     seq = compare(["dense", "int8"], link_gbit=None, steps=3, hidden=32, progress=False, timeout=170,
                   calibrate_sizes=(4096, 1 << 18), interleave=False)
     assert "one scheme after another" in seq.where and [r["scheme"] for r in seq.rows] == ["dense", "int8"]
+
+
+def test_compare_on_ranks_already_up_gives_the_fresh_ranks_result():
+    """compare(ranks=pool): the same training as on fresh ranks, twice on the same pool."""
+    from milktea.distributed import Pool
+    from milktea.distributed.compare import compare, ready
+    run = dict(link_gbit=None, steps=3, hidden=32, progress=False, timeout=170, calibrate_sizes=(4096, 1 << 18))
+    fresh = compare(["dense", "int8"], **run)
+    with Pool(2) as pool:
+        assert ready(pool, ["dense", "int8"]) is pool
+        pooled = [compare(["dense", "int8"], ranks=pool, **run) for _ in range(2)]
+        with pytest.raises(ValueError, match="Pool of workers=3"):
+            compare(["dense"], workers=3, ranks=pool, **run)
+    losses = [[[rec["loss"] for rec in r["records"]] for r in c.results] for c in [fresh, *pooled]]
+    assert losses[0] == losses[1] == losses[2]
+    assert [r["final"] for r in pooled[0].results] == [r["final"] for r in fresh.results]
