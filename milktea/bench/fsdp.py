@@ -47,7 +47,7 @@ CONFIGS = {
     "Top-1% + ledger": {"compressor": TopK(0.01), "error_feedback": "worker"},
 }
 LEDGERS = {
-    "Top-1%, no ledger": {"compressor": TopK(0.01), "error_feedback": None},
+    "Top-1%, no ledger": {"compressor": TopK(0.01), "error_feedback": False},
     "int8 + worker ledger": {"compressor": INT8, "error_feedback": "worker"},
     "HSDP 2x2, Top-1% + shard ledger": {"compressor": TopK(0.01), "replicas": 2},
 }

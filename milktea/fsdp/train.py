@@ -46,7 +46,7 @@ class RunConfig:
     optimizer: str = "adamw"
     seed: int = 0
     compressor: object = None
-    error_feedback: object = "auto"
+    error_feedback: object = None
     weights: object = None
     min_size: int = 1024
     reduce_dtype: object = None
