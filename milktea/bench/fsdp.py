@@ -1,6 +1,6 @@
 """Compression that composes with sharding: FSDP2 on 4 gloo ranks, side by side in one run.
 
-    python -m milktea.bench fsdp [--workers 4] [--links 1,10] [--time-steps 3] [--loss-steps 40]
+    python -m milktea.bench fsdp [--workers 4] [--links 1,10] [--time-steps 3] [--loss-steps 40] [--lr 2e-4]
 
 A ~25M-parameter MLP (the digits, 8 linear layers of width 2048, each `fully_shard`ed,
 then the whole) trains under FSDP2 with each way of sending: FSDP2's own collectives in
@@ -172,6 +172,7 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=BASE["layers"])
     ap.add_argument("--width", type=int, default=BASE["width"])
     ap.add_argument("--batch", type=int, default=BASE["batch"], help="examples per rank per step")
+    ap.add_argument("--lr", type=float, default=BASE["lr"], help="AdamW's learning rate")
     ap.add_argument("--json", default=os.path.join("results", "bench_fsdp.json"))
     ap.add_argument("--report", metavar="JSON", help="print the tables and targets of a saved run, run nothing")
     a = ap.parse_args(argv)
@@ -182,7 +183,7 @@ def main(argv=None) -> int:
         report(res)
         return 0
     from ..distributed.launch import launch
-    base = dict(BASE, layers=a.layers, width=a.width, batch=a.batch)
+    base = dict(BASE, layers=a.layers, width=a.width, batch=a.batch, lr=a.lr)
     links = [float(x) for x in a.links.split(",")]
     t0 = time.perf_counter()
     res = launch(measure, a.workers, args=(links, a.time_steps, a.loss_steps, base), timeout=3600)
