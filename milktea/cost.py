@@ -7,6 +7,18 @@ message, B: bandwidth in bytes per second). Collectives are chains of such messa
     >>> M = gradient_bytes(25_000_000)             # a 25M-parameter model in fp32
     >>> round(ring_allreduce_time(M, 8, link), 3)  # 2(N-1) alpha + 2(N-1)/N M/B
     0.141
+
+Sharded training (ZeRO stages 1-3, FSDP, HSDP) is priced here too: `step_bytes` (bytes
+per rank per step by collective: reduce-scatter, all-gathers in forward and backward,
+compressed variants at a compressor's `bytes_per_entry`) and `memory_per_rank` (params,
+grads, optimizer state, error feedback's ledger). They live in milktea/fsdp/cost.py, on
+top of this module's collectives, and load on first use:
+
+    >>> from milktea.cost import memory_per_rank, step_bytes
+    >>> [round(step_bytes(25_000_000, 4, stage=s)["total"] / 1e6) for s in (0, 1, 3)]   # MB, fp32
+    [150, 150, 225]
+    >>> round(memory_per_rank(25_000_000, 4, stage=3, optimizer_bytes=8)["total"] / 1e6)
+    100
 """
 from __future__ import annotations
 
@@ -354,3 +366,22 @@ def fit_allreduce_link(sizes_bytes, times_s, workers: int) -> Link:
         alpha = t[small] / (2 * (N - 1))
         beta = max(t[large] - 2 * (N - 1) * alpha, 1e-12) / (2 * (N - 1) / N * m[large])
         return Link(1.0 / beta, alpha)
+
+
+# ZeRO / FSDP pricing, defined in milktea/fsdp/cost.py (which builds on the collectives
+# above): its names are this module's too, loaded on first use
+SHARDED = ("step_bytes", "memory_per_rank", "bytes_per_entry", "reduce_scatter_bytes", "reduce_scatter_time",
+           "all_gather_bytes", "all_to_all_bytes", "all_to_all_time", "STAGES")
+
+
+def __getattr__(name: str):
+    if name not in SHARDED:
+        raise AttributeError(f"module 'milktea.cost' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module("milktea.fsdp.cost"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(SHARDED))

@@ -44,6 +44,7 @@ def priced(steps: int = 3) -> list:
     int8 = Quantize(bits=8, chunk=256)
     for label, kw, grad_c, weight_c, ledger in (
             ("fsdp2", {}, None, None, None),
+            ("zero-2", dict(reshard_after_forward=False), None, None, None),
             ("int8+int8w", dict(compressor=int8, weights=int8, min_size=0), int8, int8, None),
             ("top1%+ef", dict(compressor=TopK(0.01), error_feedback="worker", min_size=0), TopK(0.01), None,
              "worker")):
@@ -51,8 +52,10 @@ def priced(steps: int = 3) -> list:
         r = train(cfg)
         measured = {k: sum(s.bytes(k) for s in r["traffic"][1:]) / (len(r["traffic"]) - 1)
                     for k in ("all_gather_forward", "all_gather_backward", "reduce_scatter")}
-        model = cost.step_bytes(r["params"], world, grad_bytes=cost.bytes_per_entry(grad_c),
+        stage = 3 if cfg.reshard_after_forward else 2        # kept after forward: no re-gather in backward
+        model = cost.step_bytes(r["params"], world, stage=stage, grad_bytes=cost.bytes_per_entry(grad_c),
                                 weight_bytes=cost.bytes_per_entry(weight_c), regathered=_regathered(cfg))
+        model.setdefault("all_gather_backward", 0.0)
         mem = cost.memory_per_rank(r["params"], world, optimizer_bytes=8, ledger=ledger)
         rows.append({"label": label, "measured": measured, "model": model, "memory": r["memory"], "mem_model": mem})
     return rows

@@ -1,6 +1,6 @@
 """Compression that composes with sharding: FSDP2 on 4 gloo ranks, side by side in one run.
 
-    python -m milktea.bench fsdp [--workers 4] [--links 1,10] [--time-steps 3] [--loss-steps 40]
+    python -m milktea.bench fsdp [--workers 4] [--links 1,10] [--time-steps 3] [--loss-steps 40] [--lr 2e-4]
 
 A ~25M-parameter MLP (the digits, 8 linear layers of width 2048, each `fully_shard`ed,
 then the whole) trains under FSDP2 with each way of sending: FSDP2's own collectives in
@@ -47,7 +47,7 @@ CONFIGS = {
     "Top-1% + ledger": {"compressor": TopK(0.01), "error_feedback": "worker"},
 }
 LEDGERS = {
-    "Top-1%, no ledger": {"compressor": TopK(0.01), "error_feedback": None},
+    "Top-1%, no ledger": {"compressor": TopK(0.01), "error_feedback": False},
     "int8 + worker ledger": {"compressor": INT8, "error_feedback": "worker"},
     "HSDP 2x2, Top-1% + shard ledger": {"compressor": TopK(0.01), "replicas": 2},
 }
@@ -144,10 +144,14 @@ def report(res: dict) -> list[dict]:
 
     def gap(name):
         return (loss[name]["eval_loss"] - fp32) / fp32
+    # a loss far below fp32's is no closer to it: the gap counts both ways; the bf16 reduce's
+    # gap (rounding alone) is printed beside, as what this run's loss can resolve
+    noise = f"bf16 reduce's own gap {100 * gap('FSDP2 bf16 reduce'):+.2f}%"
     targets = [("int8 reduce-scatter >= 3.9x fewer gradient bytes than fp32 at <= 1% loss gap",
-                fewer("int8") >= 3.9 and gap("int8") <= 0.01, f"{fewer('int8'):.2f}x, gap {100 * gap('int8'):+.2f}%"),
-               ("int4 reduce-scatter >= 7.5x fewer at <= 2% loss gap", fewer("int4") >= 7.5 and gap("int4") <= 0.02,
-                f"{fewer('int4'):.2f}x, gap {100 * gap('int4'):+.2f}%")]
+                fewer("int8") >= 3.9 and abs(gap("int8")) <= 0.01,
+                f"{fewer('int8'):.2f}x, gap {100 * gap('int8'):+.2f}% ({noise})"),
+               ("int4 reduce-scatter >= 7.5x fewer at <= 2% loss gap", fewer("int4") >= 7.5 and abs(gap("int4")) <= 0.02,
+                f"{fewer('int4'):.2f}x, gap {100 * gap('int4'):+.2f}% ({noise})")]
     r = slow["int8 + int8 weights"]
     targets.append((f"int8 gradients + int8 weights >= 80% of the floor at {min(res['time']):g} Gbit/s",
                     r["floor_s"] / r["step_s"] >= 0.8,
@@ -168,10 +172,18 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=BASE["layers"])
     ap.add_argument("--width", type=int, default=BASE["width"])
     ap.add_argument("--batch", type=int, default=BASE["batch"], help="examples per rank per step")
+    ap.add_argument("--lr", type=float, default=BASE["lr"], help="AdamW's learning rate")
     ap.add_argument("--json", default=os.path.join("results", "bench_fsdp.json"))
+    ap.add_argument("--report", metavar="JSON", help="print the tables and targets of a saved run, run nothing")
     a = ap.parse_args(argv)
+    if a.report:
+        with open(a.report) as f:
+            res = json.load(f)
+        res["time"] = {float(k): v for k, v in res["time"].items()}
+        report(res)
+        return 0
     from ..distributed.launch import launch
-    base = dict(BASE, layers=a.layers, width=a.width, batch=a.batch)
+    base = dict(BASE, layers=a.layers, width=a.width, batch=a.batch, lr=a.lr)
     links = [float(x) for x in a.links.split(",")]
     t0 = time.perf_counter()
     res = launch(measure, a.workers, args=(links, a.time_steps, a.loss_steps, base), timeout=3600)

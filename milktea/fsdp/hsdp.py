@@ -32,7 +32,9 @@ from . import layout
 def hsdp_mesh(replicas: int, shards: int, device_type: str | None = None):
     """(the shard mesh to `fully_shard` on, the replicate process group) for R x S ranks:
     ranks r*S .. r*S+S-1 shard one copy of the model (put them on one node), rank s of
-    every copy forms a replicate group. `device_type` defaults to "cuda" under NCCL, else "cpu"."""
+    every copy forms a replicate group. `device_type` defaults to this rank's device by the
+    library's one rule (`milktea.device.rank_device` for the running backend: CUDA under
+    NCCL, the CPU under gloo)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from ..checks import check_int
@@ -40,7 +42,8 @@ def hsdp_mesh(replicas: int, shards: int, device_type: str | None = None):
     if R * S != dist.get_world_size():
         raise ValueError(f"replicas x shards = {R} x {S} = {R * S} ranks, but the job has {dist.get_world_size()}")
     if device_type is None:
-        device_type = "cuda" if dist.get_backend() == "nccl" else "cpu"
+        from ..device import rank_device
+        device_type = rank_device(dist.get_backend()).type
     mesh = init_device_mesh(device_type, (R, S), mesh_dim_names=("replicate", "shard"))
     return mesh["shard"], mesh.get_group("replicate")
 

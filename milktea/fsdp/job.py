@@ -105,7 +105,7 @@ class FSDPRun:
             traffic=_(", ").join(parts), ledger=self.ledger, mem=mem)
 
 
-def run(compressor=None, *, workers: int = 2, weights=None, error_feedback="auto", steps: int = 10,
+def run(compressor=None, *, workers: int = 2, weights=None, error_feedback=None, steps: int = 10,
         ranks=None, timeout: float = 300, **options) -> FSDPRun:
     """Train a small model with FSDP2 on `workers` gloo ranks (processes of this machine),
     milktea's collectives installed with `compressor`, `weights` and `error_feedback` (see

@@ -20,7 +20,7 @@ from .stats import FSDPStats
 STATE_FORMAT = 1
 
 
-def compress(model, compressor=None, *, error_feedback="auto", weights=None, min_size: int = 1024,
+def compress(model, compressor=None, *, error_feedback=None, weights=None, min_size: int = 1024,
              link=None, replicate_group=None) -> "FSDPCompression":
     """Install milktea's collectives on every module of `model` that `fully_shard` was
     applied to (each layer and the root), on this rank; call it on every rank, after
@@ -30,9 +30,11 @@ def compress(model, compressor=None, *, error_feedback="auto", weights=None, min
       chunk=256) is ZeRO++'s qgZ in int8; TopK, Sign, QSGD, Chain, a compressor of your own
       whose protocol is "allgather"), through an all-to-all; the receiver sums in float32.
       None: FSDP2's own reduce-scatter, only counted (the same result, bit for bit).
-    error_feedback: "auto" (a ledger where it pays, see milktea.fsdp.choice), "worker"
-      (before the reduce-scatter: (N-1)/N of the gradient per rank), "shard" (HSDP: on the
-      reduced shard) or None.
+    error_feedback: None (follow the compressor, `milktea.ledger.use_ledger`'s rule: a ledger
+      for a biased one, and before the reduce-scatter only when it drops much, see
+      milktea.fsdp.choice), True (a ledger where the compressor runs), False (none),
+      "worker" (before the reduce-scatter: (N-1)/N of the gradient per rank) or "shard"
+      (HSDP: on the reduced shard).
     weights: how each rank's weight shard travels in the all-gathers of forward and backward
       (Quantize(bits=8, chunk=256): ZeRO++'s qwZ); None: FSDP2's own, counted.
     min_size: a parameter's piece with fewer entries travels as it is (biases, norms).
@@ -53,7 +55,7 @@ class FSDPCompression:
     feedback keeps what was not sent (None, "worker", "shard"), `ledger_reason` why.
     """
 
-    def __init__(self, model, compressor=None, *, error_feedback="auto", weights=None, min_size: int = 1024,
+    def __init__(self, model, compressor=None, *, error_feedback=None, weights=None, min_size: int = 1024,
                  link=None, replicate_group=None):
         from ..checks import check_int
         self.groups = layout.groups_of(model)

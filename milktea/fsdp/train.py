@@ -31,6 +31,8 @@ class RunConfig:
     accumulate: micro-batches per step (set_requires_gradient_sync(False) on all but the last).
     replicas: HSDP over `replicas` copies of the model, each sharded over world / replicas ranks
       (milktea's: the replicate hop through `compressor`; native_hsdp=True: FSDP2's own 2-D mesh).
+    reshard_after_forward: True (FSDP2's default: each layer's gathered weights are freed after
+      forward and gathered again for backward, ZeRO-3); False keeps them (ZeRO-2's traffic).
     link_gbit: an emulated link for every collective (None: loopback).
     install: False runs FSDP2 alone (no milktea at all); probe: True replaces every
       collective by one that sends nothing (what compute alone costs).
@@ -46,13 +48,14 @@ class RunConfig:
     optimizer: str = "adamw"
     seed: int = 0
     compressor: object = None
-    error_feedback: object = "auto"
+    error_feedback: object = None
     weights: object = None
     min_size: int = 1024
     reduce_dtype: object = None
     accumulate: int = 1
     replicas: int = 1
     native_hsdp: bool = False
+    reshard_after_forward: bool = True
     link_gbit: float | None = None
     install: bool = True
     probe: bool = False
@@ -105,6 +108,8 @@ def _shard(cfg: RunConfig, model, layers, device):
     from .hsdp import hsdp_mesh
     world = dist.get_world_size()
     kw = {"mp_policy": MixedPrecisionPolicy(reduce_dtype=cfg.reduce_dtype)}
+    if not cfg.reshard_after_forward:          # else FSDP2's default: the layers reshard, the root keeps its own
+        kw["reshard_after_forward"] = False
     group = None
     if cfg.replicas > 1:
         if world % cfg.replicas:
@@ -139,7 +144,8 @@ class Trainer:
         self.model = model.to(self.device)
         group = _shard(cfg, self.model, layers, self.device)
         # what FSDP2 frees after forward and gathers again for backward: the layers, not the root's own
-        self.regathered = sum(p.numel() for layer in layers for p in layer.parameters())
+        self.regathered = sum(p.numel() for layer in layers for p in layer.parameters()) \
+            if cfg.reshard_after_forward else 0
         self.state = None
         if cfg.install:
             link = EmulatedLink.gbit(cfg.link_gbit) if cfg.link_gbit is not None else None

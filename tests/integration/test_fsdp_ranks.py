@@ -39,6 +39,8 @@ def test_the_cost_model_prices_what_crossed_within_ten_percent(ranks):
     for row in ranks(2).run(w.priced, timeout=200):
         for k, got in row["measured"].items():
             assert got == pytest.approx(row["model"][k], rel=0.10), (row["label"], k)
+        if row["label"] == "zero-2":                                # weights kept from forward to backward
+            assert row["measured"]["all_gather_backward"] == 0 < row["measured"]["all_gather_forward"]
         for k in ("params", "grads", "optimizer", "ledger", "total"):
             assert row["memory"][k] == pytest.approx(row["mem_model"][k], rel=0.10, abs=1), (row["label"], k)
     top = row["measured"]["reduce_scatter"]

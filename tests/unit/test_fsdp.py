@@ -117,10 +117,15 @@ class Halved(Rounded):
 
 @pytest.mark.parametrize("c, where", [(Quantize(bits=8, chunk=256), None), (Quantize(bits=4, chunk=256), None),
                                       (Quantize(bits=2, chunk=256), "worker"), (TopK(0.01), "worker"),
-                                      (Sign(), "worker"), (QSGD(4), None), (Rounded(), None), (Halved(), "worker")])
-def test_auto_keeps_a_ledger_only_for_biased_compressors_that_drop_much(c, where):
-    assert choice.ledger_for(c, "auto", hsdp=False)[0] == where
-    assert choice.ledger_for(c, "auto", hsdp=True)[0] == (where and "shard")
+                                      (Sign(), "worker"), (QSGD(4), None), (Rounded(), None), (Halved(), "worker"),
+                                      (Quantize(bits=4, chunk=256, stochastic=True), None)])
+def test_the_default_follows_use_ledger_and_spares_the_worker_ledger_where_little_is_dropped(c, where):
+    from milktea.ledger import use_ledger
+    for default in (None, "auto"):
+        assert choice.ledger_for(c, default, hsdp=False)[0] == where
+        # on the reduced shard the ledger costs one gradient shard: use_ledger's rule as it is
+        assert choice.ledger_for(c, default, hsdp=True)[0] == ("shard" if use_ledger(c) else None)
+    assert choice.ledger_for(c, False, hsdp=False)[0] is None and choice.ledger_for(c, False, hsdp=True)[0] is None
 
 
 def test_ledger_places_that_cannot_work_are_refused():
@@ -133,8 +138,10 @@ def test_ledger_places_that_cannot_work_are_refused():
         choice.ledger_for(TopK(0.1), "worker", hsdp=True)
     with pytest.raises(ValueError, match="needs a compressor"):
         choice.ledger_for(None, "worker", hsdp=False)
-    with pytest.raises(ValueError, match="one of"):
-        choice.ledger_for(TopK(0.1), "server", hsdp=False)
+    for bad in ("server", 1, "none"):
+        with pytest.raises(ValueError, match="follow the compressor"):
+            choice.ledger_for(TopK(0.1), bad, hsdp=False)
+    assert choice.ledger_for(None, False, hsdp=False)[0] is None
 
 
 def test_only_compressors_that_split_per_destination_are_taken():
@@ -242,12 +249,19 @@ def test_under_nccl_the_hsdp_mesh_and_the_runs_use_the_gpu(monkeypatch):
             return f"group {name}"
     monkeypatch.setattr(dist, "get_world_size", lambda group=None: 4)
     monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)       # the device rule sees a GPU per rank
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.delenv("MILKTEA_DEVICE", raising=False)
     monkeypatch.setattr(dm, "init_device_mesh", lambda dev, shape, mesh_dim_names: seen.update(dev=dev, shape=shape)
                         or Mesh())
     assert hsdp.hsdp_mesh(2, 2) == ("shard", "group replicate")
     assert seen == {"dev": "cuda", "shape": (2, 2)}
     with pytest.raises(ValueError, match="2 x 3"):
         hsdp.hsdp_mesh(2, 3)
+    # the library's one device rule decides, as for every rank: a CPU asked for under NCCL is refused
+    monkeypatch.setenv("MILKTEA_DEVICE", "cpu")
+    with pytest.raises(ValueError, match="nccl"):
+        hsdp.hsdp_mesh(2, 2)
 
 
 # --- what a run hands a notebook ------------------------------------------------------------

@@ -55,3 +55,14 @@ def test_compressed_bytes_and_the_ledgers_memory():
         cost.step_bytes(1e6, 4, regathered=2e6)
     with pytest.raises(ValueError):
         cost.memory_per_rank(1e6, 4, ledger="server")
+
+
+def test_milktea_cost_prices_zero_and_fsdp_with_the_same_functions():
+    import milktea.cost
+    for name in milktea.cost.SHARDED:
+        assert getattr(milktea.cost, name) is getattr(cost, name), name
+        assert name in dir(milktea.cost)
+    from milktea.cost import step_bytes
+    assert step_bytes(1e6, 4, stage=1) == cost.step_bytes(1e6, 4, stage=2)     # ZeRO-1 and 2 send alike
+    with pytest.raises(AttributeError, match="no attribute 'zero_bytes'"):
+        getattr(milktea.cost, "zero_bytes")  # noqa: B009
