@@ -65,11 +65,14 @@ def where(main_id: int | None) -> tuple[str, bool]:
     for ident, frame in frames.items():
         depth = 0
         while frame is not None:
-            path = frame.f_code.co_filename.replace(os.sep, "/")
+            # a frame another thread is building (torch's compiler swaps f_code while it runs)
+            # may not hold a code object yet: its file is unknown, the walk goes on
+            path = str(getattr(getattr(frame, "f_code", None), "co_filename", "?")).replace(os.sep, "/")
             if ident != me and ("torch/distributed/" in path or path.endswith("milktea/distributed/comm.py")):
                 waiting = True
             if ident == main_id and depth == 0:
-                inner = f"{os.path.basename(path)}:{frame.f_lineno} in {frame.f_code.co_name}"
+                name = getattr(getattr(frame, "f_code", None), "co_name", "?")
+                inner = f"{os.path.basename(path)}:{getattr(frame, 'f_lineno', '?')} in {name}"
             frame, depth = frame.f_back, depth + 1
     return inner or "?", waiting
 

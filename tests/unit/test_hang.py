@@ -21,6 +21,17 @@ def _blocked_in(path: str):
     return thread, release
 
 
+def test_a_frame_without_a_code_object_does_not_stop_the_heartbeat(monkeypatch):
+    """A frame caught mid-construction (seen with torch's compiler) holds no code object: the
+    heartbeat names what it can and goes on, where it raised AttributeError in its thread."""
+    from types import SimpleNamespace
+    inner = SimpleNamespace(f_code={}, f_lineno=None, f_back=None)
+    outer = SimpleNamespace(f_code=SimpleNamespace(co_filename="/x/torch/distributed/c10d.py", co_name="wait"),
+                            f_lineno=3, f_back=None)
+    monkeypatch.setattr(hang.sys, "_current_frames", lambda: {1: inner, 2: outer})
+    assert where(1) == ("?:None in ?", True)
+
+
 def test_a_thread_inside_a_collective_makes_the_rank_waiting():
     spot, waiting = where(threading.get_ident())
     assert not waiting and spot.endswith("in where")              # called from the main thread itself
