@@ -47,3 +47,18 @@ def _no_process(monkeypatch, _caches_warm):
         if hasattr(module, name):
             monkeypatch.setattr(module, name, _refuse(f"{module.__name__}.{name}"))
     yield
+
+
+
+@pytest.fixture(autouse=True)
+def _language_kept():
+    """A test that leaves the library speaking another language fails here, itself, instead
+    of turning a later test on the same worker red (which one depends on the order)."""
+    from milktea import i18n
+    before = i18n.language()
+    yield
+    after = i18n.language()
+    if after != before:
+        i18n.use(before)
+        pytest.fail(f"the test left the library speaking {after!r} (it spoke {before!r}): use "
+                    "i18n.speaking(lang), or give the language back in a fixture's teardown")

@@ -109,12 +109,13 @@ def test_run_tables_and_the_bf16_sentence(lang):
     assert "0.3 kB" in fx.hop_sentence(hsdp) and "0.4 kB" in fx.hop_sentence(hsdp)
 
 
-@pytest.fixture
-def drawn_in(lang):
-    """The language with its fonts (Chinese glyphs for the figure), as a chapter's first cell sets them."""
+@pytest.fixture(params=["en", "zh"])
+def drawn_in(request):
+    """The language with its fonts (Chinese glyphs for the figure), as a chapter's first cell
+    sets them; the process's own language is given back (not a speaking() block's)."""
     before = i18n.language()
-    i18n.use(lang)
-    yield lang
+    i18n.use(request.param)
+    yield request.param
     i18n.use(before)
 
 
