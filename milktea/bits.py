@@ -73,3 +73,24 @@ def unpack(packed: torch.Tensor, bits: int, n: int) -> torch.Tensor:
     shifts = torch.arange(0, 8, bits, dtype=torch.uint8, device=packed.device)
     codes = (packed[: packed_size(n, bits)].unsqueeze(1) >> shifts) & ((1 << bits) - 1)
     return codes.reshape(-1)[:n]
+
+
+def pack_rows(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """`pack` of each row of [W, n] uint8 codes: [W, packed_size(n, bits)], each row's bytes
+    what `pack` gives for it (its last byte padded with zeros), in one pass.
+
+    >>> pack_rows(torch.tensor([[1, 0, 1], [0, 1, 1]], dtype=torch.uint8), 1)
+    tensor([[5],
+            [6]], dtype=torch.uint8)
+    """
+    W, n = codes.shape
+    pad = (-n) % (8 // bits)
+    if pad:
+        codes = torch.cat([codes, codes.new_zeros(W, pad)], 1)
+    return pack(codes.reshape(-1), bits).view(W, -1)
+
+
+def unpack_rows(packed: torch.Tensor, bits: int, n: int) -> torch.Tensor:
+    """Inverse of :func:`pack_rows`: [W, n] codes of [W, bytes] packed rows."""
+    W, nb = packed.shape
+    return unpack(packed.reshape(-1), bits, W * nb * (8 // bits)).view(W, -1)[:, :n]

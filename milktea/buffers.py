@@ -54,3 +54,17 @@ def advise(t: torch.Tensor) -> torch.Tensor:
 def empty(shape, dtype: torch.dtype, device=None) -> torch.Tensor:
     """torch.empty(shape, dtype=dtype, device=device), with huge pages for a large CPU buffer."""
     return advise(torch.empty(shape, dtype=dtype, device=device))
+
+
+def lend(buf: torch.Tensor | None, nbytes: int, device=None) -> torch.Tensor:
+    """`nbytes` bytes from the start of the uint8 tensor `buf` (a buffer the caller lends,
+    e.g. the DDP hook's send buffer) where it has room on `device`, else a new one.
+
+    >>> room = torch.zeros(8, dtype=torch.uint8)
+    >>> lend(room, 4).data_ptr() == room.data_ptr(), lend(room, 9).numel()
+    (True, 9)
+    """
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    if buf is not None and buf.device == dev and buf.numel() >= nbytes:
+        return buf[:nbytes]
+    return empty(nbytes, torch.uint8, dev)

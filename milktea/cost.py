@@ -28,7 +28,7 @@ import numpy as np
 
 from .checks import check_int, check_number
 
-COLLECTIVES = ("allreduce", "allgather", "ps", "compressed_allreduce")
+COLLECTIVES = ("allreduce", "allgather", "alltoall", "ps", "compressed_allreduce")
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,19 @@ def allgather_time(nbytes_per_worker, workers: int, link: Link) -> float:
     return _seconds((N - 1) * (link.latency + M / link.bandwidth), link)
 
 
+def alltoall_time(nbytes_per_peer, workers: int, link: Link) -> float:
+    """Pairwise all-to-all where every worker sends `nbytes_per_peer` bytes to each of the
+    N-1 others (the compressed all-reduce's chunks): N-1 rounds of one message each.
+    Time = (N-1) alpha + (N-1) M / B.
+
+    >>> alltoall_time(1e6, 4, Link.gbit(8, latency=0))
+    0.003
+    """
+    M, N = check_number(nbytes_per_peer, "nbytes_per_peer", 0), check_int(workers, "workers", 1)
+    link = _check_link(link)
+    return _seconds((N - 1) * (link.latency + M / link.bandwidth), link)
+
+
 def parameter_server_time(nbytes, workers: int, link: Link, servers: int = 1) -> float:
     """Push then pull through the servers' links: every worker pushes M bytes and pulls M
     bytes, spread over `servers` shards whose links are the bottleneck.
@@ -123,6 +136,12 @@ def compressed_allreduce_time(nbytes, workers: int, link: Link) -> float:
 def allgather_bytes(nbytes_per_worker, workers: int) -> float:
     """Bytes each worker sends in a ring all-gather: (N-1) packets of M (it forwards the others')."""
     M, N = check_number(nbytes_per_worker, "nbytes_per_worker", 0), check_int(workers, "workers", 1)
+    return (N - 1) * M
+
+
+def alltoall_bytes(nbytes_per_peer, workers: int) -> float:
+    """Bytes each worker sends in an all-to-all: one message of M to each of the N-1 others."""
+    M, N = check_number(nbytes_per_peer, "nbytes_per_peer", 0), check_int(workers, "workers", 1)
     return (N - 1) * M
 
 
@@ -195,10 +214,32 @@ def comm_time(nbytes, workers: int, link: Link, collective: str = "allreduce", s
         return ring_allreduce_time(nbytes, workers, link)
     if collective == "allgather":
         return allgather_time(nbytes, workers, link)
+    if collective == "alltoall":
+        return alltoall_time(nbytes, workers, link)
     if collective == "ps":
         return parameter_server_time(nbytes, workers, link, servers)
     if collective == "compressed_allreduce":
         return compressed_allreduce_time(nbytes, workers, link)
+    raise ValueError(f"collective must be one of {COLLECTIVES}, got {collective!r}")
+
+
+def wire_bytes(nbytes, workers: int, collective: str = "allreduce") -> float:
+    """Bytes each worker transmits in one exchange of `nbytes` with the named collective
+    (see `comm_time`; "alltoall": `nbytes` to each peer; "ps": pushed and pulled).
+
+    >>> wire_bytes(100, 4), wire_bytes(100, 4, "allgather"), wire_bytes(100, 4, "alltoall")
+    (150.0, 300.0, 300.0)
+    """
+    if collective == "allreduce":
+        return ring_allreduce_bytes(nbytes, workers)
+    if collective == "allgather":
+        return allgather_bytes(nbytes, workers)
+    if collective == "alltoall":
+        return alltoall_bytes(nbytes, workers)
+    if collective == "ps":
+        return 2 * check_number(nbytes, "nbytes", 0)
+    if collective == "compressed_allreduce":
+        return compressed_allreduce_bytes(nbytes, workers)
     raise ValueError(f"collective must be one of {COLLECTIVES}, got {collective!r}")
 
 
@@ -327,9 +368,9 @@ def calibrate(sizes_bytes, times_s, workers: int, collective: str = "allreduce")
         if N == 1:
             raise ValueError("a 1-worker all-reduce sends nothing: calibrate with workers >= 2")
         a, b = 2 * (N - 1), 2 * (N - 1) / N
-    elif collective == "allgather":
+    elif collective in ("allgather", "alltoall"):
         if N == 1:
-            raise ValueError("a 1-worker all-gather sends nothing: calibrate with workers >= 2")
+            raise ValueError(f"a 1-worker {collective} sends nothing: calibrate with workers >= 2")
         a, b = N - 1, N - 1
     elif collective == "ps":
         a, b = 2, 2 * N

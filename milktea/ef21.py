@@ -81,6 +81,21 @@ class EF21(ErrorFeedback):
         self.steps += 1
         return packet
 
+    def compress_rows(self, grads: torch.Tensor) -> list[Packet]:
+        """`compress` for W workers at once (see ErrorFeedback.compress_rows): each row's
+        change since its last report through the ledger's rows."""
+        grads = check_grad(grads, "gradient", self.compressor.nonfinite)
+        with torch.no_grad():
+            g = grads.detach().to(self.ledger.dtype_for(grads.dtype))
+            if self.last is not None and self.last.shape != g.shape:
+                raise ValueError(f"these EF21 workers reported {tuple(self.last.shape)} gradients before, got "
+                                 f"{tuple(g.shape)}")
+            change = g.clone() if self.last is None else g - self.last
+            packets = self.ledger.step_rows(self.compressor, change)
+            self.last = g.clone()
+        self.steps += 1
+        return packets
+
     def reset(self) -> None:
         super().reset()
         self.last = None

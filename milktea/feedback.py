@@ -53,10 +53,6 @@ class ErrorFeedback:
         """What has not been sent yet (the ledger's tensor; None before the first step)."""
         return self.ledger.residual
 
-    @residual.setter
-    def residual(self, value: torch.Tensor | None) -> None:
-        self.ledger.residual = value
-
     @property
     def name(self) -> str:
         return f"{self.compressor.name}+ef"
@@ -70,6 +66,15 @@ class ErrorFeedback:
         packet = self.ledger.step(self.compressor, grad)
         self.steps += 1
         return packet
+
+    def compress_rows(self, grads: torch.Tensor) -> list[Packet]:
+        """`compress` for W workers at once (grads [W, *shape]; row w of the ledger and of
+        the compressor's `encode` is worker w's, as its own copy would have them): the
+        simulator's one call per step. A ledger that does more than `Ledger.step` per
+        gradient writes its own (EF21, MomentumCorrected and DGC do)."""
+        packets = self.ledger.step_rows(self.compressor, grads)
+        self.steps += 1
+        return packets
 
     def decompress(self, packet: Packet, out: torch.Tensor | None = None) -> torch.Tensor:
         return self.compressor.decompress(packet, out=out)
@@ -163,15 +168,33 @@ class DGC(ErrorFeedback):
                 norm = float(grad.float().norm())
                 if norm > self.clip:
                     grad = grad * (self.clip / norm)
-            r = self.ledger.tensor_for(grad)
-            r.add_(self.momentum_state.step(grad) if self.momentum_correction else grad)
-            packet = self.compressor._compress(r)
-            self.compressor.subtract_sent(r, packet)
+            packet = self.ledger.step(self.compressor, self.momentum_state.step(grad) if self.momentum_correction
+                                      else grad)
             if self.momentum_correction and self.masking:
                 idx, _ = self.compressor.sparse_parts_of(packet)
                 self.momentum_state.mask(idx)             # momentum factor masking
         self.steps += 1
         return packet
+
+    def compress_rows(self, grads: torch.Tensor) -> list[Packet]:
+        """`compress` for W workers at once (see ErrorFeedback.compress_rows): each row clipped
+        on its own, the velocity and the ledger as rows, each row's sent entries masked."""
+        grads = check_grad(grads, "gradient", self.compressor.nonfinite)
+        self.compressor.ratio = warmup_ratio(self.steps // self.stage_steps, self.final_ratio, self.warmup_steps,
+                                             self.start_ratio)
+        with torch.no_grad():
+            if self.clip is not None:
+                rows = []
+                for g in grads:
+                    norm = float(g.float().norm())
+                    rows.append(g * (self.clip / norm) if norm > self.clip else g)
+                grads = torch.stack(rows)
+            packets = self.ledger.step_rows(self.compressor, self.momentum_state.step(grads)
+                                            if self.momentum_correction else grads)
+            if self.momentum_correction and self.masking:
+                _mask_rows(self.momentum_state, self.compressor, packets)
+        self.steps += 1
+        return packets
 
     @property
     def velocity(self) -> torch.Tensor | None:
@@ -235,6 +258,16 @@ class MomentumCorrected(ErrorFeedback):
         self.steps += 1
         return packet
 
+    def compress_rows(self, grads: torch.Tensor) -> list[Packet]:
+        """`compress` for W workers at once (see ErrorFeedback.compress_rows): the velocity
+        and the ledger as rows, each row's sent entries masked."""
+        grads = check_grad(grads, "gradient", self.compressor.nonfinite)
+        packets = self.ledger.step_rows(self.compressor, self.momentum_state.step(grads))
+        if self.masking:
+            _mask_rows(self.momentum_state, self.compressor, packets)
+        self.steps += 1
+        return packets
+
     def reset(self) -> None:
         super().reset()
         self.momentum_state.reset()
@@ -248,3 +281,10 @@ class MomentumCorrected(ErrorFeedback):
         super().load_state_dict(state)
         self.momentum_state.load_state_dict(state["velocity"])
 
+
+
+def _mask_rows(velocity, compressor, packets) -> None:
+    """Momentum factor masking for W rows: row w's velocity cleared where its packet sent."""
+    for w, packet in enumerate(packets):
+        idx, _ = compressor.sparse_parts_of(packet)
+        velocity.mask(idx + w * packet.numel)

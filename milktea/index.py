@@ -27,9 +27,10 @@ ESCAPE = 255
 
 
 def _gaps(indices: torch.Tensor) -> torch.Tensor:
+    """The gaps of sorted positions (1-D), or of each row of [W, k] positions."""
     prev = torch.empty_like(indices)
-    prev[0] = -1
-    prev[1:] = indices[:-1]
+    prev[..., 0] = -1
+    prev[..., 1:] = indices[..., :-1]
     return indices - prev - 1
 
 
@@ -42,16 +43,55 @@ def _varint_lengths(g: torch.Tensor) -> torch.Tensor:
     return torch.bucketize(g, limits, right=True) + 1
 
 
+def size_table(indices: torch.Tensor, numel: int, g: torch.Tensor | None = None) -> torch.Tensor:
+    """Exact byte size of every encoding (columns in ENCODINGS' order) for each row of
+    [W, k] sorted unique positions (g: their gaps, if computed already)."""
+    W, k = indices.shape
+    g = _gaps(indices) if g is None else g
+    return torch.stack([torch.full((W,), 4 * k, dtype=torch.int64, device=g.device),
+                        k + (g // ESCAPE).sum(1), _varint_lengths(g).sum(1),
+                        torch.full((W,), packed_size(numel, 1), dtype=torch.int64, device=g.device)], 1)
+
+
 def sizes(indices: torch.Tensor, numel: int) -> dict[str, int]:
     """Exact byte size of every encoding for these sorted unique indices."""
     k = indices.numel()
     fast = kernels.index_sizes(indices, numel)          # one compiled pass, for large CPU selections
     if fast is not None:
         delta8, varint = fast
+        return {"int32": 4 * k, "delta8": delta8, "varint": varint, "bitmap": packed_size(numel, 1)}
+    return dict(zip(ENCODINGS, size_table(indices.reshape(1, -1), numel)[0].tolist()))
+
+
+def encode_rows(indices: torch.Tensor, numel: int, encoding: str = "auto") -> list[tuple[str, torch.Tensor]]:
+    """`encode` of each row of [W, k] sorted unique positions (trusted): the sizes of all
+    rows in one pass, and the rows that take delta8 (the common case) encoded together.
+
+    >>> encode_rows(torch.tensor([[0, 3], [1, 300]]), numel=1000)
+    [('delta8', tensor([0, 2], dtype=torch.uint8)), ('delta8', tensor([  1, 255,  43], dtype=torch.uint8))]
+    """
+    W, k = indices.shape
+    g = _gaps(indices)
+    table = size_table(indices, numel, g)
+    if encoding == "auto":
+        choice = table.argmin(1).tolist()          # the first of equal sizes, as encode() picks
     else:
-        g = _gaps(indices)
-        delta8, varint = k + int((g // ESCAPE).sum()), int(_varint_lengths(g).sum())
-    return {"int32": 4 * k, "delta8": delta8, "varint": varint, "bitmap": packed_size(numel, 1)}
+        choice = [ENCODINGS.index(encoding)] * W
+    d8 = [w for w, c in enumerate(choice) if c == 1]
+    out = [None] * W
+    if d8:            # every delta8 row's bytes, end to end: 255 where a gap carries on, then its rest
+        gd = g[d8] if len(d8) < W else g
+        n_esc = (gd // ESCAPE).reshape(-1)
+        lengths = table[d8, 1].tolist()
+        ends = torch.cumsum(n_esc + 1, 0) - 1
+        flat = torch.full((sum(lengths),), ESCAPE, dtype=torch.uint8, device=g.device)
+        flat[ends] = (gd.reshape(-1) - ESCAPE * n_esc).to(torch.uint8)
+        for w, part in zip(d8, torch.split(flat, lengths)):
+            out[w] = ("delta8", part)
+    for w, c in enumerate(choice):
+        if c != 1:
+            out[w] = encode(indices[w], numel, ENCODINGS[c], validate=False)
+    return out
 
 
 def check_indices(indices: torch.Tensor, numel: int) -> torch.Tensor:
@@ -158,6 +198,35 @@ def decode(encoding: str, data: torch.Tensor, k: int, numel: int) -> torch.Tenso
         raise ValueError(f"index part decodes to {idx.numel()} indices, packet announces {k}")
     if int(idx[-1]) >= numel:
         raise ValueError(f"decoded index {int(idx[-1])} is out of range for {numel} elements")
+    return idx
+
+
+def decode_rows(data: list[torch.Tensor], k: int, numel: int) -> torch.Tensor | None:
+    """`decode` of several delta8 index parts of k gaps each, as [W, k] positions, in one
+    pass for all of them; None where one does not hold exactly k gaps within numel
+    entries (the caller decodes them one by one, and `decode` says what is wrong).
+
+    >>> decode_rows([torch.tensor([0, 2], dtype=torch.uint8), torch.tensor([1, 255, 7], dtype=torch.uint8)], 2, 300)
+    tensor([[  0,   3],
+            [  1, 264]])
+    """
+    if any(d.dtype != torch.uint8 or d.dim() != 1 or not k <= d.numel() for d in data):
+        return None
+    b = torch.cat(data).long()
+    lengths = torch.tensor([d.numel() for d in data], device=b.device)
+    starts = torch.cumsum(lengths, 0) - lengths
+    last = b[starts + lengths - 1]
+    inc = torch.where(b == ESCAPE, b, b + 1)
+    total = torch.cumsum(inc, 0)
+    before = (total[starts - 1] * (starts > 0)).repeat_interleave(lengths)   # each part's own running sum
+    keep = b != ESCAPE
+    part = torch.repeat_interleave(torch.arange(len(data), device=b.device), lengths)
+    counts = torch.zeros(len(data), dtype=torch.long, device=b.device).index_add_(0, part, keep.long())
+    if bool((last == ESCAPE).any()) or bool((counts != k).any()):
+        return None
+    idx = (total - before - 1)[keep].view(len(data), k)
+    if int(idx[:, -1].max()) >= numel:
+        return None
     return idx
 
 

@@ -26,7 +26,7 @@ import warnings
 import numpy as np
 import torch
 
-from . import arena
+from . import buffers
 import milktea.threads  # noqa: F401  (sizes this rank's pools before numba, loaded later, starts its own)
 
 NUMBA_MIN_NUMEL = 1 << 16   # below this, JIT start-up costs more than it saves
@@ -146,7 +146,7 @@ def quantize(x: torch.Tensor, chunk: int, qmax: int, out_codes: torch.Tensor | N
     """
     n = x.numel()
     nch = (n + chunk - 1) // chunk
-    codes = out_codes if out_codes is not None else arena.empty(n, x.device)
+    codes = buffers.lend(out_codes, n, x.device)
     scales = torch.empty(nch, dtype=torch.float32, device=x.device)
     nb = jit(x)
     if nb is not None:
@@ -193,13 +193,14 @@ def sign_unpack_add(packed: torch.Tensor, scale: float, out: torch.Tensor, alpha
     return True
 
 
-def sign_pack_l1(x: torch.Tensor) -> tuple[torch.Tensor, float]:
+def sign_pack_l1(x: torch.Tensor, out: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
     """Sign bits of a flat float32 tensor (1 = negative, 0 for +-0), 8 per byte, and
-    sum |x| accumulated in float64."""
+    sum |x| accumulated in float64. out: a uint8 tensor the compiled loop writes the bits
+    into, from its start, where it has room."""
     n = x.numel()
     nb = jit(x)
     if nb is not None:
-        out = arena.empty((n + 7) // 8)
+        out = buffers.lend(out, (n + 7) // 8)
         partial = np.empty((n + BLOCK - 1) // BLOCK, dtype=np.float64)
         nb.sign_pack(_np(x), _np(out), partial)
         return out, float(partial.sum())
@@ -212,7 +213,8 @@ def sign_pack_l1(x: torch.Tensor) -> tuple[torch.Tensor, float]:
     return out, float(l1)
 
 
-def add_sign_pack_l1(x: torch.Tensor, add: torch.Tensor) -> tuple[torch.Tensor, float] | None:
+def add_sign_pack_l1(x: torch.Tensor, add: torch.Tensor, out: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, float] | None:
     """x += add, then sign_pack_l1(x), in one compiled pass over memory (flat float32 x
     and add); a NaN or an infinity in the sum raises ValueError (x then holds the sum).
     None where the compiled loops do not run (the caller adds, then packs)."""
@@ -221,7 +223,7 @@ def add_sign_pack_l1(x: torch.Tensor, add: torch.Tensor) -> tuple[torch.Tensor, 
     if nb is None:
         return None
     n = x.numel()
-    out = arena.empty((n + 7) // 8)
+    out = buffers.lend(out, (n + 7) // 8)
     partial = np.empty((n + BLOCK - 1) // BLOCK, dtype=np.float64)
     bad = np.zeros(partial.size, dtype=np.uint8)
     nb.add_sign_pack(_np(x), _np(add.reshape(-1)), _np(out), partial, bad)
@@ -376,16 +378,18 @@ def zero_at(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return flat
 
 
-def quantize_packed(x: torch.Tensor, chunk: int, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Absmax-quantize a flat float32 tensor to `bits`-bit codes, packed (see bits.pack)."""
+def quantize_packed(x: torch.Tensor, chunk: int, bits: int, out: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Absmax-quantize a flat float32 tensor to `bits`-bit codes, packed (see bits.pack),
+    written into `out` from its start where it has room (else a new tensor)."""
     from .bits import pack
     qmax = 2 ** (bits - 1) - 1
     nb = jit(x) if bits < 8 and ((chunk * bits) % 8 == 0 or chunk >= x.numel()) else None
     if nb is not None:
         n = x.numel()
-        out = arena.empty((n * bits + 7) // 8)
+        out = buffers.lend(out, (n * bits + 7) // 8)
         scales = torch.empty((n + chunk - 1) // chunk, dtype=torch.float32)
         nb.quantize_packed(_np(x), chunk, qmax, np.float32(scale_cap(qmax)), bits, _np(out), _np(scales))
         return out, scales
-    codes, scales = quantize(x, chunk, qmax)
+    codes, scales = quantize(x, chunk, qmax, out if bits == 8 else None)    # 8-bit codes are their own packing
     return pack(codes, bits), scales

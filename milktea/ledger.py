@@ -1,13 +1,15 @@
 """The ledger: error feedback's memory of what one tensor stream has not sent yet.
 
-One class for every error-feedback path in the library: `ErrorFeedback` (so the
-simulator and both sides of the compressed all-reduce) and the DDP hook's protocols
-keep their ledgers in a `Ledger`, and step it the same way:
+One class for every error-feedback path in the library, and `Ledger.step` its only
+write: `ErrorFeedback` (so both sides of the compressed all-reduce), the simulator (one
+ledger of W rows for W workers), the DDP hook's protocols, local steps' reports, all
+step their ledgers the same way:
 
-    residual += gradient;  packet = C(residual);  residual -= what the packet carries
+    residual += gradient;  packets = C.encode(residual);  residual -= what they carry
 
 so that the simulator and the hook remember exactly the same thing for the same
-gradients (tested bit for bit, bfloat16 included).
+gradients (tested bit for bit, bfloat16 included). PowerSGD's step is split by an
+all-reduce between its two products: `add`, then `subtract_product`.
 
 The ledger is float32 for float32, float16 and bfloat16 gradients (float64 stays
 float64), whatever the model's dtype: a ledger exists to remember entries too small
@@ -28,8 +30,10 @@ from __future__ import annotations
 
 import torch
 
+from . import kernels
 from .checks import check_grad
-from .compressors.wire import PIECE
+from .compressors.codec import lookup
+from .compressors.registry import decode_add
 
 
 def use_ledger(compressor, error_feedback: bool | None = None) -> bool:
@@ -83,22 +87,92 @@ class Ledger:
                              f"per tensor, or reset() it")
         return self.residual
 
-    def step(self, compressor, grad: torch.Tensor, *, clear_grad: bool = False):
+    def step(self, compressor, grad: torch.Tensor, *, clear_grad: bool = False, into=None):
         """residual += grad; return the packet of the residual (in grad's dtype); residual -=
         what the packet carries. clear_grad: zero `grad` once it is in the ledger (the DDP
-        hook writes the mean into the gradient's buffer next)."""
+        hook writes the mean into the gradient's buffer next). into: lent to the
+        compressor's `encode` (a buffer for the packet's largest part)."""
+        return self._step(compressor, grad, False, clear_grad, into)[0]
+
+    def step_rows(self, compressor, grads: torch.Tensor) -> list:
+        """`step` for W tensor streams at once: grads [W, *shape] (row w: worker w's gradient),
+        the residual [W, *shape]; one packet per row, through one `encode` call."""
+        return self._step(compressor, grads, True, False, None)
+
+    def _step(self, compressor, grad, rows, clear_grad, into):
         if self.check_first:
             grad = check_grad(grad, "gradient", compressor.nonfinite)
         fresh = self.residual is None
         r = self.tensor_for(grad)
+        R, G = (r, grad) if rows else (r.unsqueeze(0), grad.unsqueeze(0))
         try:
             self._check_room(r, grad, compressor)
             with torch.no_grad():
-                return compressor.compress_with_feedback(r, dtype=grad.dtype, grad=grad, clear_grad=clear_grad)
+                G = G.detach()
+                if G.dtype == R.dtype:       # the codec adds the gradient (in its own pass, where it can)
+                    X = R
+                    packets, sent = compressor.encode(R, add=G, clear_add=clear_grad, into=into)
+                else:                        # a half-precision gradient: its packet of the rounded ledger
+                    R.add_(check_grad(G, "gradient", compressor.nonfinite).to(R.dtype))
+                    if clear_grad:
+                        G.zero_()
+                    X = R.to(G.dtype)
+                    packets, sent = compressor.encode(X, into=into)
+                self._cross_out(R, X, packets, sent)
         except Exception:
             if fresh:                 # e.g. k larger than the tensor: no ledger yet
                 self.residual = None
             raise
+        return packets
+
+    @staticmethod
+    def _cross_out(R, X, packets, sent) -> None:
+        """R -= what each row's packet carried: the positions a sparse packet sent as they
+        were zeroed (or their rounding to the wire's dtype left), anything else decoded and
+        subtracted (several rows at once where their codec decodes them at once)."""
+        W = len(packets)
+        if W > 1 and all(s is None for s in sent):
+            rows = lookup(packets[0].codec).rows
+            D = rows(packets) if rows is not None and lookup(packets[0].codec).sparse is None else None
+            if D is not None:
+                R.sub_(D.view(R.shape).to(R.dtype))
+                return
+        if W > 1 and X is R and all(s is not None and s[1] is None for s in sent) \
+                and len({s[0].numel() for s in sent}) == 1:
+            R.view(W, -1).scatter_(1, torch.stack([s[0] for s in sent]), 0)
+            return
+        for w, packet in enumerate(packets):
+            flat = R[w].view(-1)
+            if sent[w] is None:
+                decode_add(packet, R[w], -1.0)
+                continue
+            idx, vals = sent[w]
+            if vals is None and X is R:
+                kernels.zero_at(flat, idx)
+            else:
+                vals = X[w].reshape(-1).index_select(0, idx) if vals is None else vals
+                flat.index_add_(0, idx, vals.to(flat.dtype), alpha=-1)
+
+    def add(self, grad: torch.Tensor) -> torch.Tensor:
+        """residual += grad (checked as `step` checks it); return the residual. For a step
+        that an all-reduce splits in two (PowerSGD: P = M Q all-reduced before Q = M^T P):
+        the protocol computes from the residual, then calls `subtract_product`."""
+        if self.check_first:
+            grad = check_grad(grad, "gradient")
+        r = self.tensor_for(grad)
+        with torch.no_grad():
+            r.add_(grad.detach().to(r.dtype))
+        return r
+
+    def subtract_product(self, p: torch.Tensor, qt: torch.Tensor, chunk: int = kernels.TORCH_PIECE) -> None:
+        """residual -= P Q^T (the residual seen as rows x rest), a block of rows at a time:
+        what a low-rank packet carried."""
+        m = self.residual.view(p.shape[0], -1)
+        p, qt = p.to(m.dtype), qt.to(m.dtype)
+        rows = max(1, chunk // max(1, m.shape[1]))
+        with torch.no_grad():
+            for r0 in range(0, m.shape[0], rows):
+                m[r0: r0 + rows].addmm_(p[r0: r0 + rows], qt, alpha=-1)
 
     @staticmethod
     def _check_room(r: torch.Tensor, grad: torch.Tensor, compressor) -> None:
@@ -109,8 +183,9 @@ class Ledger:
             return
         rf, gf = r.view(-1), grad.detach().reshape(-1)
         finite_only = compressor.nonfinite == "ignore"     # NaN and inf pass as they are
-        for s in range(0, rf.numel(), PIECE):
-            x = (rf[s:s + PIECE] + gf[s:s + PIECE]).abs()
+        step = kernels.piece(rf.device)
+        for s in range(0, rf.numel(), step):
+            x = (rf[s:s + step] + gf[s:s + step]).abs()
             if finite_only:
                 x = torch.where(torch.isfinite(x), x, 0.0)
             peak = float(x.max())

@@ -7,8 +7,9 @@ way the real collective would. Enough to study convergence at N=64 on a laptop.
     True
 
 All workers' gradients come from one batched call (torch.func: vmap over the workers of
-grad of the per-worker loss); compression runs per worker on its own flat gradient (one
-bucket), and the step applies  compressor.aggregate(packets) / workers.
+grad of the per-worker loss); the compressor encodes them as the rows of one matrix
+(`Compressor.encode`, one packet per worker, through one ledger of W rows), and the step
+applies the codec's mean of the packets (`decode_mean`).
 """
 from __future__ import annotations
 
@@ -21,14 +22,13 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch.func import functional_call, grad, vmap
 
-from .batched import batch_for, supported
-from .checks import check_int, check_number
+from .checks import check_grad, check_int, check_number
 from .compressors import Compressor
 from .device import pick_device
 from .distributed import protocols
 from .distributed.compressed_allreduce import CompressedAllReduce, simulate_round
 from .feedback import ErrorFeedback
-from .ledger import use_ledger
+from .ledger import Ledger, use_ledger
 from .onebit import OneBitAdam
 from .tasks import Digits, Quadratic, Task  # noqa: F401  (Digits: for the examples)
 
@@ -124,23 +124,23 @@ def _stack_shards(shards, device):
 
 class _Exchange:
     """What the collective does with one step's gradients G [workers, params]: every worker
-    compresses each of its streams (one flat bucket, or one per parameter tensor) through
-    its own sender; returns the average update and each worker's wire bytes."""
+    compresses each of its streams (one flat bucket, or one per parameter tensor); returns
+    the average update and each worker's wire bytes.
+
+    `batched`: one `encode` of the W workers' rows per stream, with one ledger of W rows
+    (row w rounds as worker w's own fork would; a ready-made ledger that steps W workers at
+    once, `compress_rows`, the same); else one call per worker, each with its own fork and
+    ledger: the same bits (tests/unit/test_batched.py). With EF21 (milktea.ef21) head office
+    keeps a running estimate and adds each round's mean to it."""
 
     def __init__(self, compressor, error_feedback, workers, named, flat, per_layer, batched=True):
         self.workers, self.flat = workers, flat
-        ledger = isinstance(compressor, ErrorFeedback)     # a ready-made ledger (e.g. DGC)
-        self.codec = compressor.compressor if ledger else compressor
+        ready = isinstance(compressor, ErrorFeedback)     # a ready-made ledger (e.g. DGC): one per worker
+        self.codec = compressor.compressor if ready else compressor
         if compressor is None:
             self.scheme = "dense"
         else:
-            self.scheme = compressor.name if ledger else compressor.name + ("+ef" if error_feedback else "")
-
-        def make(rank, stream):                 # one state (and random stream) per worker stream
-            if ledger:
-                return copy.deepcopy(compressor)
-            own = compressor.fork(rank, stream)
-            return ErrorFeedback(own) if error_feedback else own
+            self.scheme = compressor.name if ready else compressor.name + ("+ef" if error_feedback else "")
         # a protocol that sums on the way (PowerSGD's factors): one sender on the summed gradient
         self.summed = compressor is not None and protocols.get(protocols.protocol_of(self.codec)).summed
         self.per_layer = self.summed if per_layer is None else bool(per_layer)
@@ -148,41 +148,56 @@ class _Exchange:
         for _, p in (named if self.per_layer else [("all", flat)]):
             self.streams.append((slice(offset, offset + p.numel()), tuple(p.shape)))
             offset += p.numel()
-        self.senders = ([[make(w, s) for s in range(len(self.streams))] for w in range(1 if self.summed else workers)]
-                        if compressor is not None else None)
-        # EF21 (milktea.ef21): head office keeps a running estimate and adds each round's mean to it
-        self.estimates = ([torch.zeros(part.stop - part.start, dtype=flat.dtype, device=flat.device)
-                           for part, _ in self.streams] if ledger and getattr(compressor, "accumulates", False)
-                          else None)
-        # all workers in one call where the compressor allows it (milktea.batched: bit for bit the same)
-        self.batches = [None] * len(self.streams)
-        if batched and compressor is not None and not self.summed:
-            self.batches = [batch_for([self.senders[w][s] for w in range(workers)], shape)
-                            for s, (_, shape) in enumerate(self.streams)]
+        self.ready, self.error_feedback = ready, bool(error_feedback) and not ready
+        self.batched = bool(batched) and not self.summed and (not ready or hasattr(compressor, "compress_rows"))
+        senders = 1 if self.batched or self.summed else workers
+        streams = range(len(self.streams))
+        self.coders = self.ledgers = self.estimates = None
+        if ready:       # each worker's own copy of the ledger, its compressor with its own stream
+            self.coders = [[_ledger_fork(compressor, w, s) for s in streams] for w in range(senders)]
+            if getattr(compressor, "accumulates", False):
+                self.estimates = [torch.zeros(part.stop - part.start, dtype=flat.dtype, device=flat.device)
+                                  for part, _ in self.streams]
+        elif compressor is not None:            # one state (and random stream) per worker stream
+            self.coders = [[compressor.fork(w, s) for s in streams] for w in range(senders)]
+            self.ledgers = [[Ledger() for _ in streams] for _ in range(senders)]
 
     def __call__(self, G):
         W = self.workers
         update, sent = torch.empty_like(self.flat), [0] * W
         for s, (part, shape) in enumerate(self.streams):
-            if supported(G, self.batches[s]):
-                total, sizes = self.batches[s](G[:, part])
-                update[part] = total.to(self.flat.dtype) / W
-                if self.estimates is not None:
-                    update[part] = self.estimates[s].add_(update[part])
-                sent = [a + b for a, b in zip(sent, sizes)]
-                continue
             g = G[:, part].reshape(W, *shape)
+            out = update[part].view(shape)
             if self.summed:
-                packet = self.senders[0][s].compress(g.sum(0))
-                total, sizes = self.codec.decompress(packet), [packet.nbytes] * W
+                coder, total = self.coders[0][s], g.sum(0)
+                packet = self.ledgers[0][s].step(coder, total) if self.error_feedback else coder.compress(total)
+                self.codec.decompress(packet, out=out).div_(W)
+                sent = [a + packet.nbytes for a in sent]
+                continue
+            if self.ready:
+                packets = (self.coders[0][s].compress_rows(g) if self.batched
+                           else [self.coders[w][s].compress(g[w]) for w in range(W)])
+            elif self.batched:
+                coder = self.coders[0][s]
+                packets = (self.ledgers[0][s].step_rows(coder, g) if self.error_feedback
+                           else coder.encode(check_grad(g, "gradient", coder.nonfinite))[0])
+            elif self.error_feedback:
+                packets = [self.ledgers[w][s].step(self.coders[w][s], g[w]) for w in range(W)]
             else:
-                packets = [self.senders[w][s].compress(g[w]) for w in range(W)]
-                total, sizes = self.codec.aggregate(packets), [p.nbytes for p in packets]
-            update[part] = total.reshape(-1).to(self.flat.dtype) / W
+                packets = [self.coders[w][s].compress(g[w]) for w in range(W)]
+            self.codec.decode_mean(packets, out)
             if self.estimates is not None:
-                update[part] = self.estimates[s].add_(update[part])
-            sent = [a + b for a, b in zip(sent, sizes)]
+                out.view(-1).copy_(self.estimates[s].add_(out.view(-1)))
+            sent = [a + p.nbytes for a, p in zip(sent, packets)]
         return update, sent
+
+
+def _ledger_fork(ledger: ErrorFeedback, rank: int, stream: int) -> ErrorFeedback:
+    """A copy of a ready-made ledger for worker `rank`'s stream `stream`: its own state, its
+    compressor forked (its own random stream, as the library's forks give each worker)."""
+    twin = copy.deepcopy(ledger)
+    twin.compressor = ledger.compressor.fork(rank, stream)
+    return twin
 
 
 class _CompressedAllReduce:
@@ -246,9 +261,9 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
     which averages and compresses it again; ledgers on both sides (see
     milktea.distributed.compressed_allreduce). Bytes per worker then stay flat in N.
 
-    `batched`: compress all workers' gradients in one call where the compressor allows it
-    (Top-K, Random-K, Sign, Quantize; see milktea.batched), bit for bit what one call per
-    worker gives; False: one worker at a time.
+    `batched`: encode all workers' gradients in one call, as the rows of one matrix
+    (`Compressor.encode`; row w rounds as worker w's own copy would), bit for bit what one
+    call per worker gives; False: one worker at a time.
 
     `lr`: a number, or a schedule: a function of the step (0, 1, ...) returning the learning
     rate of that step (a learning-rate warm-up, say).

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from . import arena, kernels
+from . import buffers, kernels
 from .codes import compiled as _compiled, compiled_for as _jit   # the compiled loops, where they run
 from .bits import pack, packed_size
 
@@ -186,9 +186,11 @@ def _encode_torch(x, chunk, kind, s, key, bits, cap):
     return out, sent
 
 
-def encode(x: torch.Tensor, chunk: int, kind: int, s: int, key: int, bits: int, cap: float
-           ) -> tuple[torch.Tensor, torch.Tensor]:
+def encode(x: torch.Tensor, chunk: int, kind: int, s: int, key: int, bits: int, cap: float,
+           out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(packed `bits`-bit codes, float32 per-chunk norms or scales) of flat float32 x.
+    out: a uint8 tensor the compiled loop writes the codes into, from its start (the DDP
+    hook's send buffer), where it has room.
 
     kind LEVELS_L2 (QSGD) / LEVELS_MAX (TernGrad): code = s + sign(x) * level, level in
     [0, s] rounded up with probability frac(|x| / norm * s); the norm is the chunk's
@@ -199,7 +201,7 @@ def encode(x: torch.Tensor, chunk: int, kind: int, s: int, key: int, bits: int, 
     if nb is None:
         return _encode_torch(x, chunk, kind, s, key, bits, cap)
     import numpy as np
-    out = arena.empty(packed_size(n, bits))    # the DDP hook's send buffer, where it lends one
+    out = buffers.lend(out, packed_size(n, bits), x.device)
     sent = torch.empty(-(-n // chunk), dtype=torch.float32)
     nb.encode(x.detach().numpy(), chunk, kind, s, np.float32(cap), np.uint64(key), bits, out.numpy(), sent.numpy())
     return out, sent

@@ -274,13 +274,15 @@ def emulated_collectives(bandwidth, latency, nbytes):
     log2 = StatsLog()
     x = torch.ones(nbytes // 4)
     dist.barrier()
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     with emulate_torch_collectives(link, log2) as torch_dist:   # what PyTorch's hooks call
         t0 = _t.perf_counter()
         torch_dist.all_reduce(x)
         torch_ar = _t.perf_counter() - t0
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    # only PyTorch's hook modules see the proxy; torch.distributed itself is untouched
-    untouched = default_hooks.dist is not dist and dist.all_reduce.__module__.startswith("torch.distributed")
+        inside = default_hooks.dist is torch_dist
+    # only PyTorch's hook modules see the proxy, and only inside the block; torch.distributed
+    # itself is untouched
+    untouched = inside and default_hooks.dist is dist and dist.all_reduce.__module__.startswith("torch.distributed")
     return {"allreduce": (ar, cost.ring_allreduce_time(nbytes, N, link.link)),
             "allgather": (ag, cost.allgather_time(8, N, link.link) + cost.allgather_time(width, N, link.link)),
             "torch_allreduce": (torch_ar, cost.ring_allreduce_time(nbytes, N, link.link)),
@@ -576,12 +578,13 @@ def protocol_allocations(name, steps=5, n=1 << 22):
     def compressor():
         return {"topk": TopK(0.01), "sign": Sign(), "int8": Quantize(8)}[name]
 
-    class Fresh:      # a communicator with no send buffer: AllGather.encode concatenates
+    class Fresh:      # a communicator with no send buffer: AllGather.encode makes one per call
         def __init__(self, comm):
             self.comm, self.log, self.world = comm, None, comm.world
 
-        def all_gather_bytes(self, payload, step):
-            return [p.clone() for p in self.comm.all_gather_bytes(payload.clone(), step)]
+        def all_gather_tailed(self, payload, tail, step):
+            parts, heads = self.comm.all_gather_tailed(payload.clone(), tail, step)
+            return [p.clone() for p in parts], [h.copy() for h in heads]
 
     rank, world = dist.get_rank(), dist.get_world_size()
     kind = protocols.get(protocols.protocol_of(compressor()))

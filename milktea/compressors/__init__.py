@@ -1,10 +1,12 @@
 """Every compressor: ``compress(tensor) -> Packet``, ``decompress(packet) -> tensor``.
 
-The codec registry (`registry`) sits at the bottom; every compressor module below
-registers its codec there as it loads, and this file loads them all, so importing
-anything from `milktea.compressors` finds every library codec in place.
+The codec records (`codec`) and the wire format (`packet`) sit at the bottom; every
+compressor module below ends with its codec's record, and this file loads them all, so
+importing anything from `milktea.compressors` finds every library codec in place.
 """
-from .registry import Codec, decode, decode_add, decode_mean, get_codec, register_codec
+from .registry import decode, decode_add, decode_mean, get_codec, library_codec, register_codec
+from .codec import Codec
+from .packet import Packet
 from .base import Compressor, Identity
 from .cast import Cast
 from .chain import Chain
@@ -15,4 +17,4 @@ from .sparse import RandomK, Sparsifier, TopK, sparse_decode
 
 __all__ = ["Compressor", "Identity", "TopK", "RandomK", "Sparsifier", "Quantize", "QSGD",
            "TernGrad", "Sign", "Cast", "PowerSGD", "Chain", "orthonormalize", "sparse_decode",
-           "Codec", "decode", "decode_add", "decode_mean", "get_codec", "register_codec"]
+           "Codec", "Packet", "decode", "decode_add", "decode_mean", "get_codec", "library_codec", "register_codec"]

@@ -1,4 +1,13 @@
-"""The compressor contract: `Compressor`, and `Identity` (the dense baseline)."""
+"""The compressor contract: `Compressor`, and `Identity` (the dense baseline).
+
+One interface over rows: ``encode(rows) -> (packets, sent)`` makes one packet per row of
+a [W, *shape] tensor (the simulator's W workers, or the DDP hook's one gradient), and the
+codec's ``decode_mean(packets, out)`` writes their mean. Error feedback is
+`milktea.ledger.Ledger.step`, which hands `encode` its ledger's rows and crosses out of
+them what each packet carried (`sent`). How fast a codec encodes (a fused pass, every row
+at once) is how it writes `encode`; the base class's, a packet per row from `_compress`,
+is always right.
+"""
 from __future__ import annotations
 
 import copy
@@ -8,52 +17,24 @@ import torch
 
 from .. import buffers, trace
 from ..checks import check_choice, check_grad, NONFINITE_POLICIES
-from ..packet import Packet
-from .registry import decode, decode_add, decode_mean, register_library_codec
+from .packet import Packet
+from .registry import decode, decode_add, decode_mean, library_codec
 from .wire import dense_add, dense_decode, to_bytes
-
-#: The fused-step contract. A compressor lists in `fast_paths` the shortcuts its own methods
-#: take; the callers (error feedback's ledger, the DDP hook's protocols) read that set and
-#: nothing else. Each shortcut gives the bits of the generic path, and each relies on the
-#: methods named here: a subclass that overrides one of them loses that shortcut (the
-#: generic path runs instead) unless its own class body declares `fast_paths` again.
-FAST_PATHS = {
-    # decompress_mean is the codec registry's decode_mean: a sparse packet's mean touches only
-    # its own entries; a mean's last quantized or sign packet is added and divided in one pass
-    "codec_mean": ("decompress", "decompress_add", "decompress_mean"),
-    # compress_with_feedback crosses out of the ledger exactly the values it sent (sparsifiers:
-    # the kept entries are zeroed, nothing is decoded); Chain: through its first stage's
-    "exact_step": ("_compress", "compress_with_feedback"),
-    # compress_with_feedback(residual, grad=g) adds g into the ledger in the same pass over
-    # memory that selects (Top-K) or packs (Sign), for a ledger and gradient of one dtype
-    "fused_add": ("_compress", "compress_with_feedback", "select"),
-    # compress_with_feedback(..., clear_grad=True) zeroes g in that step, and the mean of the
-    # packets writes only the entries they list: the hook may write the mean onto those zeros
-    # (decompress_mean(zeroed=True)) instead of zeroing the bucket once more
-    "clears_gradient": ("_compress", "compress_with_feedback", "decompress", "decompress_add",
-                        "decompress_mean"),
-}
 
 
 class Compressor:
-    """Base class: ``compress(tensor) -> Packet``, ``decompress(packet) -> tensor``.
+    """Base class: ``compress(tensor) -> Packet``, ``decompress(packet) -> tensor``; over rows,
+    ``encode(rows) -> (packets, sent)`` and ``decode_mean(packets, out)``.
 
-    Subclasses set ``codec`` and implement ``_compress(tensor)``; decoding is a
+    Subclasses set ``codec`` and implement ``_compress(tensor)`` (one row), or `encode`
+    itself (every row at once, or fused with error feedback's add); decoding is a
     function of the packet alone (see :func:`milktea.compressors.decode`), registered by
-    the subclass's module with :func:`milktea.compressors.register_codec`. The generic
-    methods below are always right; `fast_paths` (see FAST_PATHS) says which of them a
-    class replaces by a faster one with the same bits. A compressor may also define
-    `compress_batch(X, shape, error_feedback)` to run every simulated worker in one call
-    (see milktea.batched.Custom).
+    the subclass's module (:func:`milktea.compressors.register_codec`).
 
-    >>> from milktea import TopK, Quantize
-    >>> sorted(TopK.fast_paths)
-    ['clears_gradient', 'codec_mean', 'exact_step', 'fused_add']
-    >>> class Rounded(Quantize):                        # changes what is sent...
-    ...     def _compress(self, t):
-    ...         return super()._compress(t.round())
-    >>> sorted(Rounded.fast_paths)                      # ...and keeps only what does not depend on it
-    ['codec_mean']
+    >>> from milktea import Quantize
+    >>> packets, sent = Quantize(bits=8).encode(torch.tensor([[1.0, -2.0], [0.5, 0.25]]))
+    >>> [p.shape for p in packets], sent
+    ([(2,), (2,)], [None, None])
     """
     codec = "dense"
     protocol = "allgather"   # how packets cross the wire: see milktea.distributed.protocols
@@ -65,26 +46,11 @@ class Compressor:
     #: which rounds it to inf); error feedback refuses a gradient that would push its
     #: ledger there before adding it, so a refused gradient leaves the ledger unchanged.
     overflow_at = float("inf")
-    #: The fused-step contract's shortcuts this class takes (FAST_PATHS); the base class's
-    #: mean is the codec's own.
-    fast_paths: frozenset = frozenset({"codec_mean"})
     #: Whether a packet can carry a NaN or an infinity as it is (dense values, 16-bit casts,
     #: a sparse packet's values). Codes that share a scale (quantizers, Sign) or a low-rank
     #: product cannot: one such entry would turn its whole chunk or matrix into NaN, so
     #: these compressors refuse nonfinite="ignore" (see `check_nonfinite_policy`).
     carries_nonfinite = False
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if "fast_paths" in cls.__dict__:        # declared by this class: trusted, names checked
-            cls.fast_paths = frozenset(cls.fast_paths)
-            unknown = cls.fast_paths - set(FAST_PATHS)
-            if unknown:
-                raise TypeError(f"{cls.__name__}.fast_paths names {sorted(unknown)}; the fast paths are "
-                                f"{sorted(FAST_PATHS)}")
-            return
-        mine = set(cls.__dict__)               # inherited: keep those whose methods it did not replace
-        cls.fast_paths = frozenset(p for p in cls.fast_paths if not mine & set(FAST_PATHS[p]))
 
     def __init__(self, nonfinite: str = "raise"):
         self.nonfinite = check_nonfinite_policy(type(self), nonfinite)
@@ -96,10 +62,58 @@ class Compressor:
     def compress(self, tensor: torch.Tensor) -> Packet:
         tensor = check_grad(tensor, "gradient", self.nonfinite)
         with torch.no_grad():
-            return self._compress(tensor.detach())
+            return self.encode(tensor.detach().unsqueeze(0))[0][0]
 
     def _compress(self, tensor: torch.Tensor) -> Packet:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def encode(self, rows: torch.Tensor, *, add: torch.Tensor | None = None, clear_add: bool = False,
+               into: torch.Tensor | None = None) -> tuple[list[Packet], list]:
+        """One packet per row of `rows` ([W, *shape]; row w is worker w, see `row`), and
+        what each packet carried: sent[w] is (flat positions, values) when packet w carries
+        exactly those values there and nothing else (values None: rows[w]'s own values,
+        sent as they are), None when only decoding it says (`milktea.ledger.Ledger.step`
+        subtracts what was sent accordingly). `rows` is trusted (checked by the caller).
+
+        add: like `rows`, added into it first (rows += add, in place, checked by this
+        compressor's `nonfinite` policy): error feedback's update of its ledger, which a
+        codec may fuse with its own first pass over the rows (Top-K, Sign; a NaN then
+        raises after the finite part of the sum is in). clear_add: zero `add` once it is
+        in (the DDP hook writes the mean into it next).
+        into: a 1-D uint8 tensor a codec may write row 0's largest part into, from its
+        start, instead of a new tensor (the DDP hook lends its send buffer); else unused.
+        """
+        coders = self.rows(rows.shape[0])
+        if add is not None:
+            self._add(rows, add, clear_add)
+        return [c._compress(x) for c, x in zip(coders, rows)], [None] * rows.shape[0]
+
+    def _add(self, rows: torch.Tensor, add: torch.Tensor, clear: bool) -> None:
+        """rows += add after checking add by this compressor's `nonfinite` policy ("raise":
+        ValueError for a NaN or an infinity, the rows left unchanged); zero add if `clear`."""
+        if trace.ENABLED:
+            trace.note(step="add, then encode")
+        g = check_grad(add, "gradient", self.nonfinite)
+        rows.add_(g.detach().reshape(rows.shape).to(rows.dtype))
+        if clear:
+            add.detach().zero_()
+
+    def rows(self, count: int) -> list["Compressor"]:
+        """The compressors of `encode`'s rows 0 to count - 1: this one for row 0; for row w,
+        what `fork(rank + w, stream)` of this one gives (its own random stream), made when
+        the rows first number more than w (before any of them is encoded) and kept. The
+        simulator's one call for W workers thus rounds as W workers' own forks do."""
+        twins = self.__dict__.pop("_rows", [])          # not copied into the forks made here
+        try:
+            rank, stream = self.__dict__.get("_at", (0, 0))
+            twins += [self.fork(rank + w, stream) for w in range(len(twins) + 1, count)]
+        finally:
+            self._rows = twins
+        return [self, *twins[:count - 1]]
+
+    def row(self, w: int) -> "Compressor":
+        """Row w's compressor (see `rows`)."""
+        return self if w == 0 else self.rows(w + 1)[w]
 
     def decompress(self, packet: Packet, out: torch.Tensor | None = None) -> torch.Tensor:
         if not isinstance(packet, Packet):
@@ -120,77 +134,19 @@ class Compressor:
             raise TypeError(f"decompress_add needs a Packet, got {type(packet).__name__}")
         return decode_add(packet, out, alpha)
 
-    def decompress_mean(self, packets: Sequence[Packet], out: torch.Tensor, zeroed: bool = False) -> torch.Tensor:
+    def decode_mean(self, packets: Sequence[Packet], out: torch.Tensor, zeroed: bool = False) -> torch.Tensor:
         """out = the mean of the decoded packets, in place: packet 0 decoded into out, the
-        others added in order, divided by their count (what an all-gather delivers).
-        zeroed: the caller vouches that `out` holds zeros (it cleared it, see
-        compress_with_feedback's clear_grad): sparse packets then skip zeroing it again.
+        others added in order, divided by their count (what an all-gather delivers; the
+        codecs' own: a sparse packet touches only its entries). zeroed: the caller vouches
+        that `out` holds zeros (error feedback cleared it, see `encode`'s clear_add).
 
         >>> from milktea import TopK
         >>> c = TopK(k=1)
-        >>> c.decompress_mean([c.compress(torch.tensor([0., 4, 1])), c.compress(torch.tensor([2., 0, 0]))],
-        ...                   out=torch.empty(3))
+        >>> c.decode_mean([c.compress(torch.tensor([0., 4, 1])), c.compress(torch.tensor([2., 0, 0]))],
+        ...               out=torch.empty(3))
         tensor([1., 2., 0.])
         """
-        if not packets:
-            raise ValueError("decompress_mean needs at least one packet")
-        if "codec_mean" in self.fast_paths:
-            return decode_mean(packets, out, zeroed)      # the codecs' own: O(k) for sparse packets
-        self.decompress(packets[0], out=out)
-        for p in packets[1:]:
-            self.decompress_add(p, out)
-        return out.div_(len(packets))
-
-    def compress_with_feedback(self, residual: torch.Tensor, dtype: torch.dtype | None = None,
-                               grad: torch.Tensor | None = None, clear_grad: bool = False) -> Packet:
-        """Compress `residual` and subtract what was sent from it, in place.
-
-        This is error feedback's step: afterwards ``residual`` holds exactly what the
-        packet did not carry. `dtype` (default: the residual's) is the dtype put on the
-        wire, so that a float32 ledger can send a bfloat16 gradient's packet. `residual`
-        is trusted (a ledger, already checked): no input checks run on it.
-
-        grad: this step's gradient, added to the ledger first (see `add_to_ledger`); a
-        compressor may fuse that add with its own pass over memory (Top-K does, and then
-        a NaN or infinity raises ValueError after the finite part of the sum reached the
-        ledger: for callers that stop at an error, as the DDP hook does).
-        clear_grad: zero `grad` once it is in the ledger (the DDP hook writes the mean into
-        the gradient's buffer next; Top-K zeroes it in the same pass as the add).
-
-        >>> from milktea import Quantize
-        >>> r = torch.tensor([1.0, 0.3, -1.0])
-        >>> p = Quantize(bits=2).compress_with_feedback(r)
-        >>> r   # 0.3 was rounded to 0 and stays in the ledger
-        tensor([0.0000, 0.3000, 0.0000])
-        """
-        if not isinstance(residual, torch.Tensor) or not residual.is_contiguous():
-            raise ValueError("the residual must be a contiguous tensor (error feedback's ledger)")
-        if trace.ENABLED:
-            trace.note(step="generic step")
-        if grad is not None:
-            self.add_to_ledger(residual, grad)
-            if clear_grad:
-                grad.detach().zero_()
-        x = residual if dtype in (None, residual.dtype) else residual.to(dtype)
-        with torch.no_grad():
-            packet = self._compress(x)
-            decode_add(packet, residual, -1.0)
-        return packet
-
-    def add_to_ledger(self, residual: torch.Tensor, grad: torch.Tensor) -> None:
-        """residual += grad, in place, after checking grad by this compressor's `nonfinite`
-        policy ("raise": ValueError for a NaN or an infinity, the ledger left unchanged).
-
-        >>> from milktea import TopK
-        >>> r = torch.zeros(2)
-        >>> TopK(k=1).add_to_ledger(r, torch.tensor([1.0, float("nan")]))  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        ValueError: gradient has 1 non-finite value(s) (NaN/Inf), first at flat index 1; ...
-        """
-        g = check_grad(grad, "gradient", self.nonfinite)
-        with torch.no_grad():
-            residual.add_(g.detach().reshape(residual.shape).to(residual.dtype))
+        return decode_mean(packets, out, zeroed)
 
     def aggregate(self, packets: Sequence[Packet]) -> torch.Tensor:
         """Sum of the decompressed packets: what a collective delivers to each worker."""
@@ -247,14 +203,11 @@ class Compressor:
         return twin
 
     def _reseed(self, rank: int, stream: int) -> None:
+        self._at = (rank, stream)
+        self.__dict__.pop("_rows", None)      # the rows' twins follow the new place
         gen = getattr(self, "_gen", None)
         if gen is not None and getattr(self, "stochastic", False):
             gen.manual_seed((self.seed * 1_000_003 + rank * 7919 + stream) % (1 << 62))
-
-    def subtract_sent(self, residual: torch.Tensor, packet: Packet) -> None:
-        """residual -= decompress(packet), in place (see :meth:`compress_with_feedback`,
-        which compresses and subtracts in one call)."""
-        decode_add(packet, residual, -1.0)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self._repr_args().items())
@@ -315,5 +268,13 @@ class Identity(Compressor):
         return Packet("dense", tuple(t.shape), t.dtype, (), (to_bytes(buffers.empty(t.shape, t.dtype, t.device).copy_(t)),))
 
 
-register_library_codec("dense", lambda p, out=None: dense_decode(p, out, p.dtype),
-                       add=lambda p, out, alpha: dense_add(p, out, alpha, p.dtype))
+def _dense_cost(compressor, shape, dtype) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n * torch.empty((), dtype=dtype).element_size()
+
+
+DENSE = library_codec(Identity, 0, 1.0, lambda p, out=None: dense_decode(p, out, p.dtype),
+                      add=lambda p, out, alpha: dense_add(p, out, alpha, p.dtype), cost=_dense_cost,
+                      schemes={"dense": ("dense all-reduce", lambda ratio, rank: None, False)})

@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 
 from .. import buffers, kernels
-from ..packet import DTYPES, Packet
 from .base import Compressor
-from .registry import register_library_codec
+from .packet import DTYPES, Packet
+from .registry import library_codec
 from .wire import dense_add, dense_decode, expect_layout, to_bytes
 
 FP16_OVERFLOW = ("the gradient exceeds float16's range (|x| > 65504); use Cast(torch.bfloat16), or scale "
@@ -84,5 +84,14 @@ def _half_of(packet) -> torch.dtype:
     return half
 
 
-register_library_codec("cast", lambda p, out=None: dense_decode(p, out, _half_of(p), nparams=1),
-                       add=lambda p, out, alpha: dense_add(p, out, alpha, _half_of(p), nparams=1))
+def _cast_cost(compressor, shape, dtype) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return 2 * n
+
+
+CAST = library_codec(Cast, 7, 0.5, lambda p, out=None: dense_decode(p, out, _half_of(p), nparams=1),
+                     add=lambda p, out, alpha: dense_add(p, out, alpha, _half_of(p), nparams=1), cost=_cast_cost,
+                     schemes={"fp16": ("fp16", lambda ratio, rank: Cast(torch.float16), False),
+                              "bf16": ("bf16", lambda ratio, rank: Cast(torch.bfloat16), False)})

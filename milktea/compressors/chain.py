@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import torch
 
-from ..packet import Packet, codec_id
 from .base import Compressor
-from .registry import decode, register_library_codec
-from .wire import to_bytes
-from .sparse import SPARSE_DECODERS, Sparsifier, _add_sparse, _decode_sparse, sparse_decode
+from .codec import SPARSE_EXPANSION, lookup
+from .packet import Packet
+from .registry import decode, library_codec
+from .wire import from_bytes, to_bytes
+from .quantize import Quantize
+from .sparse import Sparsifier, TopK, _add_sparse, _decode_sparse, _sparse_cost, sparse_decode
 
 _SPARSE = ("topk", "randomk")      # what a chain's first stage may be
 
@@ -32,9 +34,6 @@ class Chain(Compressor):
     protocol = "allgather"
     biased = True
     carries_nonfinite = True    # as far as its second stage does: that stage checks the values
-    #: a chain's own step goes through its first stage's: an instance keeps these where its
-    #: first stage has them (and Top-K's fused add with them)
-    fast_paths = frozenset({"codec_mean", "exact_step", "clears_gradient"})
 
     def __init__(self, first: Sparsifier, second: Compressor):
         if not isinstance(first, Sparsifier):
@@ -44,9 +43,6 @@ class Chain(Compressor):
                             f"got {second!r}")
         super().__init__(first.nonfinite)
         self.first, self.second = first, second
-        through = {"exact_step", "clears_gradient", "fused_add"} & first.fast_paths
-        self.fast_paths = type(self).fast_paths - {"exact_step", "clears_gradient"} | (
-            through if "exact_step" in type(self).fast_paths else set())
 
     @property
     def name(self) -> str:
@@ -55,30 +51,29 @@ class Chain(Compressor):
     def __repr__(self):
         return f"Chain({self.first!r}, {self.second!r})"
 
+    def encode(self, rows, *, add=None, clear_add=False, into=None):
+        """The first stage's packets (Top-K adds error feedback's gradient in its own pass),
+        then each row's values compressed by the second stage; what was sent at the first
+        stage's positions is the second stage's decoded values (their rounding stays in a
+        ledger)."""
+        chains = self.rows(rows.shape[0])
+        sparse, where = self.first.encode(rows, add=add, clear_add=clear_add)
+        packets, sent = [], []
+        for w, (sp, (idx, _own)) in enumerate(zip(sparse, where)):
+            vals = from_bytes(sp.parts[-1], sp.dtype)         # the values the first stage kept
+            inner = chains[w].second.compress(vals)
+            packets.append(self._wrap(rows[w], sp, inner))
+            sent.append((idx, decode(inner).to(rows.dtype)))
+        return packets, sent
+
     def _compress(self, t):
         sparse = self.first.compress(t)
-        _, vals = sparse_decode(sparse)
-        return self._wrap(t, sparse, self.second.compress(vals))
+        return self._wrap(t, sparse, self.second.compress(from_bytes(sparse.parts[-1], sparse.dtype)))
 
     @staticmethod
     def _wrap(t, sparse, inner):
-        return Packet("chain", tuple(t.shape), t.dtype, (codec_id(sparse.codec).id, *sparse.params),
+        return Packet("chain", tuple(t.shape), t.dtype, (lookup(sparse.codec).id, *sparse.params),
                       (*sparse.parts[:-1], inner.to_tensor()))
-
-    def compress_with_feedback(self, residual, dtype=None, grad=None, clear_grad=False):
-        """Error feedback through the first stage's own step (Top-K adds the gradient and
-        selects in one pass), then the values' rounding by the second stage is put back
-        in the ledger: the same packet and ledger, bit for bit, as compressing the updated
-        ledger and subtracting the decoded packet, with one pass over memory instead of four."""
-        if "exact_step" not in self.fast_paths or dtype not in (None, residual.dtype):
-            return super().compress_with_feedback(residual, dtype, grad, clear_grad)
-        sparse = self.first.compress_with_feedback(residual, grad=grad, clear_grad=clear_grad)
-        idx, vals = sparse_decode(sparse)          # the ledger's values, sent exactly, now zeroed
-        inner = self.second.compress(vals)
-        with torch.no_grad():
-            sent = decode(inner).to(sparse.dtype).to(residual.dtype)
-            residual.view(-1)[idx] = vals.to(residual.dtype) - sent     # what the rounding left out
-        return self._wrap(residual, sparse, inner)
 
     def state_dict(self):
         return {"first": self.first.state_dict(), "second": self.second.state_dict()}
@@ -90,6 +85,7 @@ class Chain(Compressor):
         self.second.load_state_dict(state["second"])
 
     def _reseed(self, rank, stream):
+        self._at = (rank, stream)
         self.first._reseed(rank, stream)
         self.second._reseed(rank, stream)
 
@@ -101,10 +97,10 @@ def _sparse_of_chain(packet: Packet) -> Packet:
     size checked: the inner packet must be a flat, non-sparse packet of k values)."""
     if not packet.params or not packet.parts:
         raise ValueError("malformed chain packet: it needs the sparse codec's id and an inner packet")
-    codec = next((c for c in _SPARSE if codec_id(c).id == packet.params[0]), None)
+    codec = next((c for c in _SPARSE if lookup(c).id == packet.params[0]), None)
     if codec is None:
         raise ValueError(f"malformed chain packet: first stage codec id {packet.params[0]} is not one of "
-                         f"{ {c: codec_id(c).id for c in _SPARSE} }")
+                         f"{ {c: lookup(c).id for c in _SPARSE} }")
     inner = Packet.from_tensor(packet.parts[-1])
     k = packet.params[1] if len(packet.params) > 1 else -1
     if inner.codec in _SPARSE + ("chain",) or inner.shape != (k,):
@@ -114,7 +110,18 @@ def _sparse_of_chain(packet: Packet) -> Packet:
     return Packet(codec, packet.shape, packet.dtype, packet.params[1:], (*packet.parts[:-1], to_bytes(vals)))
 
 
-SPARSE_DECODERS["chain"] = lambda p: sparse_decode(_sparse_of_chain(p))
-register_library_codec("chain", lambda p, out=None: _decode_sparse(_sparse_of_chain(p), out),
-                       add=lambda p, out, alpha: _add_sparse(_sparse_of_chain(p), out, alpha),
-                       sparse=SPARSE_DECODERS["chain"])
+def _chain_cost(chain, shape, dtype) -> int:
+    """The first stage's positions, its k values as the second stage's packet (header included)."""
+    n = 1
+    for d in shape:
+        n *= d
+    k = chain.first.k_for(n)
+    values = k * torch.empty((), dtype=dtype).element_size()
+    inner = lookup(chain.second.codec).cost(chain.second, (k,), dtype)
+    return _sparse_cost(chain.first, shape, dtype) - values + inner + 20     # the inner header: ~20 bytes
+
+
+CHAIN = library_codec(Chain, 9, SPARSE_EXPANSION, lambda p, out=None: _decode_sparse(_sparse_of_chain(p), out),
+                      add=lambda p, out, alpha: _add_sparse(_sparse_of_chain(p), out, alpha),
+                      sparse=lambda p: sparse_decode(_sparse_of_chain(p)), cost=_chain_cost, schemes={
+                          "topk-int8": ("Top-{pct}+int8+EF", lambda ratio, rank: Chain(TopK(ratio), Quantize(8)), True)})

@@ -22,9 +22,9 @@ from __future__ import annotations
 import torch
 
 from ..checks import check_positive_int, check_seed
-from ..packet import Packet
 from .base import Compressor
-from .registry import register_library_codec
+from .packet import Packet
+from .registry import library_codec
 from .wire import expect_layout, expect_nbytes, from_bytes, output, to_bytes
 
 
@@ -170,4 +170,20 @@ def _add_powersgd(packet, out, alpha):
         out.view(p.shape[0], q.shape[0]).add_(PowerSGD.expand(p, q).to(packet.dtype).to(out.dtype), alpha=alpha)
 
 
-register_library_codec("powersgd", _decode_powersgd, add=_add_powersgd)
+def _powersgd_cost(compressor, shape, dtype) -> int:
+    """float32 P and Q of the matrix (rows x the rest), or the float32 values where the
+    factors would not be smaller."""
+    n = 1
+    for d in shape:
+        n *= d
+    if len(shape) < 2:
+        return 4 * n
+    rows, cols = shape[0], n // shape[0]
+    r = min(compressor.rank, rows, cols)
+    return 4 * r * (rows + cols) if r * (rows + cols) < n else 4 * n
+
+
+POWERSGD = library_codec(PowerSGD, 8, 1 << 16, _decode_powersgd, add=_add_powersgd, cost=_powersgd_cost, schemes={
+    "powersgd": ("PowerSGD r{rank}+EF", lambda ratio, rank: PowerSGD(rank), True),
+    # one square matrix per bucket, as PyTorch's batched_powerSGD_hook
+    "powersgd-batched": ("PowerSGD r{rank} batched+EF", lambda ratio, rank: PowerSGD(rank, batched=True), True)})

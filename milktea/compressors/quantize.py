@@ -18,11 +18,11 @@ from __future__ import annotations
 import torch
 
 from .. import codes, kernels, stochastic
-from ..bits import packed_size, unpack
+from ..bits import pack_rows, packed_size, unpack, unpack_rows
 from ..checks import check_choice, check_int, check_positive_int, check_seed
-from ..packet import Packet
 from .base import Compressor
-from .registry import register_library_codec
+from .packet import Packet
+from .registry import library_codec
 from .wire import (add_pieces, chunk_step, expect_layout, expect_nbytes, flat_float32, from_bytes, output,
                    to_bytes)
 
@@ -73,20 +73,39 @@ class Quantize(Compressor):
     def _repr_args(self):
         return {"bits": self.bits, "chunk": self.chunk, "stochastic": self.stochastic}
 
-    def _compress(self, t):
+    def encode(self, rows, *, add=None, clear_add=False, into=None):
+        """A packet per row; row 0's codes written into `into` where one is lent. Rows too
+        small for the compiled loops, whose chunks and codes end with them, rounded to
+        nearest: quantized in one pass, as one tensor of their chunks."""
+        W, n = rows.shape[0], rows[0].numel()
+        if W > 1 and not self.stochastic and not kernels.would_use_numba(n, rows.device):
+            if add is not None:
+                self._add(rows, add, clear_add)
+            chunk = _chunks(n, self.chunk)
+            X = rows.reshape(W, n)
+            codes, scales = _by_chunks(X if X.dtype == torch.float32 else X.float(), chunk,
+                                       lambda x, c: kernels.quantize(x, c, self.qmax))
+            packed = codes if self.bits == 8 else pack_rows(codes, self.bits)
+            return [Packet("quant", tuple(rows.shape[1:]), rows.dtype, (self.bits, chunk, 0),
+                           (packed[w], to_bytes(scales[w]))) for w in range(W)], [None] * W
+        coders = self.rows(rows.shape[0])
+        if add is not None:
+            self._add(rows, add, clear_add)
+        return [c._compress(x, into if w == 0 else None) for w, (c, x) in enumerate(zip(coders, rows))], \
+            [None] * rows.shape[0]
+
+    def _compress(self, t, into=None):
         x = flat_float32(t)
         n = x.numel()
         chunk = _chunks(n, self.chunk)
         if self.stochastic:
-            packed, scales = self._stochastic(x, chunk)
+            key = stochastic.draw_key(self._gen)
+            packed, scales = stochastic.encode(x, chunk, stochastic.ABSMAX, self.qmax, key, self.bits,
+                                               kernels.scale_cap(self.qmax), out=into)
         else:
-            packed, scales = kernels.quantize_packed(x, chunk, self.bits)
+            packed, scales = kernels.quantize_packed(x, chunk, self.bits, out=into)
         return Packet("quant", tuple(t.shape), t.dtype, (self.bits, chunk, int(self.stochastic)),
                       (packed, to_bytes(scales)))
-
-    def _stochastic(self, x, chunk):
-        key = stochastic.draw_key(self._gen)
-        return stochastic.encode(x, chunk, stochastic.ABSMAX, self.qmax, key, self.bits, kernels.scale_cap(self.qmax))
 
 
 def _quant_layout(packet):
@@ -112,6 +131,43 @@ def _decode_quant(packet, out=None):
     if flat.data_ptr() != res.data_ptr():
         res.view(-1).copy_(flat)
     return res
+
+
+def _by_chunks(X: torch.Tensor, chunk: int, fn):
+    """fn(flat, chunk) -> (per-entry result, per-chunk result) applied to every row of
+    X [W, n] at once: the rows' whole chunks as one tensor, then their last, shorter
+    chunks as another (each chunk on its own: the same bits as row by row)."""
+    W, n = X.shape
+    full = n - n % chunk
+    outs = []
+    if full:
+        outs.append(tuple(r.view(W, -1) for r in fn(X[:, :full].reshape(-1), chunk)))
+    if full < n:
+        outs.append(tuple(r.view(W, -1) for r in fn(X[:, full:].reshape(-1), n - full)))
+    return tuple(torch.cat(parts, 1) if len(parts) > 1 else parts[0] for parts in zip(*outs))
+
+
+def _quant_rows(packets):
+    """Several quant packets of one tensor (too small for the compiled loops) decoded in one
+    pass: [W, n] values, each row what `decode` gives; None otherwise."""
+    first = packets[0]
+    if kernels.would_use_numba(first.numel, first.device) or any(
+            p.shape != first.shape or p.dtype != first.dtype or p.params != first.params for p in packets):
+        return None
+    bits, chunk = _quant_layout(first)
+    for p in packets[1:]:
+        _quant_layout(p)
+    n, W = first.numel, len(packets)
+    packed = torch.stack([p.parts[0] for p in packets])
+    codes = packed if bits == 8 else unpack_rows(packed, bits, n)
+    scales = torch.stack([from_bytes(p.parts[1], torch.float32) for p in packets])
+    values, full, qmax = torch.empty(W, n, device=first.device), n - n % chunk, 2 ** (bits - 1) - 1
+    for a, b, c in ((0, full, chunk), (full, n, n - full)):      # the whole chunks, then the last
+        if a < b:
+            out = torch.empty(W * (b - a), device=first.device)
+            s = scales[:, a // chunk: a // chunk + (b - a) // c]
+            values[:, a:b] = kernels.dequantize(codes[:, a:b].reshape(-1), s.reshape(-1), c, qmax, out).view(W, -1)
+    return values.to(first.dtype)
 
 
 def _levels_piece(packet, bits, chunk, steps, offset, levels=None):
@@ -281,6 +337,19 @@ def _add_divide_quant(packet, out, count):
         packet.parts[0], from_bytes(packet.parts[1], torch.float32), chunk, bits, out, 1.0, count)
 
 
-register_library_codec("quant", _decode_quant, add=_add_quant, add_divide=_add_divide_quant)
-register_library_codec("qsgd", _decode_levels, add=_add_levels, add_divide=_add_divide_levels)
-register_library_codec("terngrad", _decode_levels, add=_add_levels, add_divide=_add_divide_levels)
+def _codes_cost(compressor, shape, dtype) -> int:
+    """Packed codes and one float32 scale (or norm) per chunk."""
+    n = 1
+    for d in shape:
+        n *= d
+    return packed_size(n, compressor.bits) + 4 * -(-n // _chunks(n, compressor.chunk))
+
+
+QUANT = library_codec(Quantize, 3, 4.0, _decode_quant, add=_add_quant, add_divide=_add_divide_quant,
+                      rows=_quant_rows, cost=_codes_cost, schemes={
+                          "int8": ("int8", lambda ratio, rank: Quantize(8), False),
+                          "int4": ("int4 stochastic", lambda ratio, rank: Quantize(4, stochastic=True), False)})
+QSGD_CODEC = library_codec(QSGD, 4, 4.0, _decode_levels, add=_add_levels, add_divide=_add_divide_levels,
+                           cost=_codes_cost, schemes={"qsgd": ("QSGD-4", lambda ratio, rank: QSGD(4), False)})
+TERNGRAD = library_codec(TernGrad, 5, 4.0, _decode_levels, add=_add_levels, add_divide=_add_divide_levels,
+                         cost=_codes_cost, schemes={"terngrad": ("TernGrad", lambda ratio, rank: TernGrad(), False)})

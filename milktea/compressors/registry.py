@@ -1,10 +1,8 @@
-"""The codec registry: how the bytes of each codec's packets are read back into a tensor.
+"""Reading packets back: `decode`, `decode_add` (into a buffer) and `decode_mean` (what an
+all-gather delivers), each through the codec record the packet names (`codec.py`).
 
-A packet names its codec (its header byte, see :mod:`milktea.packet`); this module maps
-the name to the codec's decoder and optional fast paths, and runs them: `decode`,
-`decode_add` (add into a buffer) and `decode_mean` (what an all-gather delivers). It
-sits at the bottom of `milktea.compressors`, whose `__init__` imports every library
-compressor module, each of which registers its codec here when it loads: whoever
+It sits at the bottom of `milktea.compressors`, whose `__init__` imports every library
+compressor module, each of which ends with its codec's record (`library_codec`): whoever
 imports this module (it imports its package first) finds every library codec in place.
 
 A codec of your own, in your own file (an id from 64 to 255):
@@ -18,7 +16,6 @@ A codec of your own, in your own file (an id from 64 to 255):
     ...     return res
     >>> register_codec("doubled", 99, decode_doubled, expansion=0.25)   # 4 bytes per entry
     Codec('doubled', id=99, expansion=0.25)
-    >>> from milktea.packet import Packet
     >>> decode(Packet("doubled", (2,), torch.float32, (), (to_bytes(torch.tensor([2., 6.])),)))
     tensor([1., 3.])
 
@@ -27,48 +24,14 @@ helpers in :mod:`milktea.compressors.wire`.)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 
 from .. import kernels
-from ..packet import DTYPES, LIBRARY_CODECS, Packet, claim_id, codec_id
+from .codec import Codec, lookup, register
+from .packet import DTYPES, Packet
 from .wire import expect_layout, expect_nbytes, from_bytes, output, to_bytes  # noqa: F401  (the doctest's)
-
-
-@dataclass(frozen=True)
-class Codec:
-    """How one codec's packets are read: its wire identity, decoder and fast paths.
-
-    decode(packet, out=None) -> tensor, with `out` (when given) checked by the caller.
-    add(packet, out, alpha): optional fused ``out += alpha * decode(packet)`` that
-        needs no full-size temporary (see :func:`decode_add`).
-    sparse(packet) -> (indices, values): optional, for codecs whose packets touch only
-        the flat positions they list (sorted, unique, every size checked):
-        :func:`decode_mean` then divides only those entries, not the whole tensor.
-    add_divide(packet, out, count) -> bool: optional ``out = (out + decode(packet)) /
-        count`` in one pass, for a mean's last packet, with the bits of the add then the
-        division; False where it cannot (the caller adds, then divides).
-    """
-    name: str
-    id: int
-    expansion: float
-    decode: Callable
-    add: Callable | None = None
-    sparse: Callable | None = None
-    add_divide: Callable | None = None
-
-    def __repr__(self) -> str:
-        return f"Codec({self.name!r}, id={self.id}, expansion={self.expansion:g})"
-
-
-_CODECS: dict[str, Codec] = {}
-
-
-def _check_functions(decode, add, sparse, add_divide) -> None:
-    if not callable(decode) or any(f is not None and not callable(f) for f in (add, sparse, add_divide)):
-        raise TypeError("decode (and add, sparse and add_divide, if given) must be callables")
 
 
 def register_codec(name: str, id: int, decode: Callable, *, expansion: float, add: Callable | None = None,
@@ -84,39 +47,32 @@ def register_codec(name: str, id: int, decode: Callable, *, expansion: float, ad
     Registering the same name with the same id again replaces the functions (a module
     reloaded); a name or an id taken by another codec is refused.
     """
-    _check_functions(decode, add, sparse, add_divide)
-    wire = claim_id(name, id, expansion)
-    codec = _CODECS[name] = Codec(name, wire.id, wire.expansion, decode, add, sparse, add_divide)
-    return codec
+    expansion = float(expansion) if isinstance(expansion, int) and not isinstance(expansion, bool) else expansion
+    return register(Codec(name, id, expansion, decode, add, sparse, add_divide))
 
 
-def register_library_codec(name: str, decode: Callable, *, add: Callable | None = None,
-                           sparse: Callable | None = None, add_divide: Callable | None = None) -> Codec:
-    """What the library's own compressor modules call: their ids and size bounds are fixed
-    by the wire format (:data:`milktea.packet.LIBRARY_CODECS`)."""
-    _check_functions(decode, add, sparse, add_divide)
-    wire = LIBRARY_CODECS[name]
-    codec = _CODECS[name] = Codec(name, wire.id, wire.expansion, decode, add, sparse, add_divide)
-    return codec
+def library_codec(cls: type, id: int, expansion: float, decode: Callable, *, add: Callable | None = None,
+                  sparse: Callable | None = None, add_divide: Callable | None = None, rows: Callable | None = None,
+                  cost: Callable | None = None, schemes: dict | None = None) -> Codec:
+    """The record a library compressor module ends with: the class `cls` (its `codec` name,
+    `protocol` and `biased`), its fixed wire id (below 64) and `expansion`, its decoders,
+    what a packet costs and its named schemes (see :class:`Codec`)."""
+    return register(Codec(cls.codec, id, float(expansion), decode, add, sparse, add_divide, rows, cls, cost,
+                          dict(schemes or {})), library=True)
 
 
 def get_codec(name: str) -> Codec:
-    """The registered codec called `name` (ValueError naming the known ones otherwise)."""
-    codec = _CODECS.get(name)
-    if codec is None:
-        codec_id(name)      # an unknown name: the wire format's error names the known ones
-        raise ValueError(f"codec {name!r} has a wire id but no decoder: register it with register_codec")
-    return codec
+    """The codec called `name` (ValueError naming the known ones otherwise)."""
+    return lookup(name)
 
 
 def decode(packet: Packet, out: torch.Tensor | None = None) -> torch.Tensor:
     """Turn any packet back into a tensor; the packet alone says how."""
     if not isinstance(packet, Packet):
         raise TypeError(f"decode needs a Packet, got {type(packet).__name__}")
-    packet.check_size()
     if out is not None:
         _check_out(packet, out, same_dtype=True)
-    return get_codec(packet.codec).decode(packet, out=out)
+    return lookup(packet.codec).decode(packet, out=out)
 
 
 def decode_add(packet: Packet, out: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
@@ -134,9 +90,8 @@ def decode_add(packet: Packet, out: torch.Tensor, alpha: float = 1.0) -> torch.T
         raise TypeError(f"decode_add needs a Packet, got {type(packet).__name__}")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
         raise TypeError(f"alpha must be a number, got {alpha!r}")
-    packet.check_size()
     _check_out(packet, out, same_dtype=False)
-    codec = get_codec(packet.codec)
+    codec = lookup(packet.codec)
     if codec.add is not None:
         codec.add(packet, out, float(alpha))
     else:
@@ -148,10 +103,10 @@ def decode_mean(packets: Sequence[Packet], out: torch.Tensor, zeroed: bool = Fal
     """out = the mean of the decoded packets, in place: packet 0 decoded into out, the
     others added in order, divided by their count (what an all-gather delivers).
 
-    Sparse packets (their codec registered `sparse`) are divided only where they put a
-    value: zeros stay zero when divided, so the result has the same bits as dividing
-    the whole tensor, for O(k) work instead of a pass over n entries. zeroed: the caller
-    vouches that `out` holds zeros already, so sparse packets skip zeroing it.
+    Sparse packets (their codec has `sparse`) are divided only where they put a value:
+    zeros stay zero when divided, so the result has the same bits as dividing the whole
+    tensor, for O(k) work instead of a pass over n entries. zeroed: the caller vouches
+    that `out` holds zeros already, so sparse packets skip zeroing it.
 
     >>> import milktea
     >>> c = milktea.TopK(k=1)
@@ -161,40 +116,58 @@ def decode_mean(packets: Sequence[Packet], out: torch.Tensor, zeroed: bool = Fal
     """
     if not packets:
         raise ValueError("decode_mean needs at least one packet")
+    first = packets[0]
+    if not isinstance(first, Packet):
+        raise TypeError(f"decode_mean needs Packets, got {type(first).__name__}")
+    codec = lookup(first.codec)
     for p in packets:
         if not isinstance(p, Packet):
             raise TypeError(f"decode_mean needs Packets, got {type(p).__name__}")
-    sparse = [get_codec(p.codec).sparse for p in packets]
-    if not all(sparse):
-        decode(packets[0], out=out)
+        if p.codec != first.codec:
+            codec = None       # packets of several codecs: each decoded on its own
+    rows = codec.rows(packets) if codec is not None and codec.rows is not None and len(packets) > 1 else None
+    if codec is None or codec.sparse is None:
+        if rows is not None:                # every packet decoded in one pass, then added in order
+            _check_out(first, out, same_dtype=True)
+            out.copy_(rows[0].view(out.shape))
+            for r in rows[1:]:
+                out.add_(r.view(out.shape))
+            return out.div_(len(packets))
+        decode(first, out=out)
         for p in packets[1:-1]:
             decode_add(p, out)
         if len(packets) > 1:
             last = packets[-1]
-            fused = get_codec(last.codec).add_divide
-            last.check_size()
+            fused = lookup(last.codec).add_divide
             _check_out(last, out, same_dtype=False)
             if fused is not None and fused(last, out, len(packets)):
                 return out        # added and divided in one pass
             decode_add(last, out)
         return out.div_(len(packets))
-    pieces = []
-    for i, (p, parts) in enumerate(zip(packets, sparse)):
-        p.check_size()
-        _check_out(p, out, same_dtype=i == 0)
-        idx, vals = parts(p)        # sorted, unique, in range: the codec checked its bytes
-        pieces.append((idx, vals.to(out.dtype)))
+    if rows is not None:                    # [W, k] positions and values, decoded in one pass
+        _check_out(first, out, same_dtype=True)
+        idx, vals = rows[0], rows[1].to(out.dtype)
+        pieces = list(zip(idx, vals))
+    else:
+        pieces = []
+        for p in packets:
+            _check_out(p, out, same_dtype=p is first)
+            i, v = codec.sparse(p)        # sorted, unique, in range: the codec checked its bytes
+            pieces.append((i, v if v.dtype == out.dtype else v.to(out.dtype)))
     if not zeroed:
         out.zero_()
     if kernels.sparse_mean(pieces, out):
         return out
     flat = out.view(-1)
     flat[pieces[0][0]] = pieces[0][1]       # as the codec's decode: the values put in place
-    for idx, vals in pieces[1:]:            # as its add
-        flat.index_add_(0, idx, vals)
+    if rows is not None and out.device.type == "cpu":
+        flat.index_add_(0, idx[1:].reshape(-1), vals[1:].reshape(-1))   # a CPU adds them in this order
+    else:
+        for i, v in pieces[1:]:             # as its add
+            flat.index_add_(0, i, v)
     if len(pieces) > 1:
-        where = torch.cat([idx for idx, _ in pieces])   # listed twice: the same quotient twice
-        flat[where] = flat.index_select(0, where).div_(len(pieces))
+        where = idx.reshape(-1) if rows is not None else torch.cat([i for i, _ in pieces])
+        flat[where] = flat.index_select(0, where).div_(len(pieces))   # listed twice: the same quotient twice
     return out
 
 

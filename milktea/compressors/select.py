@@ -23,21 +23,29 @@ TARGET_HITS = 4096       # sample elements expected above the threshold
 RUN = 16                 # sampled entries read together (one 64-byte cache line of float32)
 
 
-def _kth_largest_sorted_indices(a: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices of the k largest entries of a (1-D), ties -> lowest index, sorted."""
-    n = a.numel()
+def kth_largest_sorted_indices(a: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k largest entries of a (1-D), or of each row of a ([W, n]: [W, k]),
+    ties -> lowest index, sorted.
+
+    >>> kth_largest_sorted_indices(torch.tensor([[1., 3, 3, 0], [2, 2, 2, 9]]), 2)
+    tensor([[1, 2],
+            [0, 3]])
+    """
+    rows = a if a.dim() == 2 else a.unsqueeze(0)
+    W, n = rows.shape
     if k >= n:
-        return torch.arange(n, device=a.device)
-    if k <= 1024 or a.device.type != "cpu":
-        v = torch.topk(a, k, sorted=True).values[-1]
+        idx = torch.arange(n, device=a.device).expand(W, n)
     else:
-        v = torch.kthvalue(a, n - k + 1).values
-    gt = a > v
-    eq = a == v
-    # keep everything above the k-th value, then the first (k - #above) ties in index order
-    need = k - int(gt.sum())
-    keep = gt | (eq & (torch.cumsum(eq, 0) <= need))
-    return keep.nonzero().reshape(-1)
+        if k <= 1024 or a.device.type != "cpu":
+            v = rows.topk(k, dim=1, sorted=True).values[:, -1:]
+        else:
+            v = rows.kthvalue(n - k + 1, dim=1, keepdim=True).values
+        gt, eq = rows > v, rows == v
+        # keep everything above the k-th value, then the first (k - #above) ties in index order
+        need = k - gt.sum(1, keepdim=True)
+        keep = gt | (eq & (eq.cumsum(1) <= need))
+        idx = keep.nonzero()[:, 1].view(W, k)
+    return idx if a.dim() == 2 else idx[0]
 
 
 def _top_among(flat: torch.Tensor, cand: torch.Tensor, k: int, vals: torch.Tensor | None = None):
@@ -49,7 +57,7 @@ def _top_among(flat: torch.Tensor, cand: torch.Tensor, k: int, vals: torch.Tenso
     top = kernels.topk_among(cand, vals, k, flat.numel())   # a radix select, where the compiled loops run
     if top is not None:
         return top
-    keep = _kth_largest_sorted_indices(vals.abs(), k)
+    keep = kth_largest_sorted_indices(vals.abs(), k)
     return cand[keep], vals[keep]
 
 
@@ -138,4 +146,4 @@ def select_topk(flat: torch.Tensor, k: int, *, approximate: bool = False, tolera
         return torch.arange(n, device=flat.device), None
     if n > SMALL:      # too dense to sample: every entry is a candidate
         return _top_among(flat, torch.arange(n, device=flat.device), k, flat)
-    return _kth_largest_sorted_indices(flat.abs(), k), None
+    return kth_largest_sorted_indices(flat.abs(), k), None

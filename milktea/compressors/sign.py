@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch
 
 from .. import kernels, trace
-from ..bits import packed_size
-from ..packet import Packet
+from ..bits import pack_rows, packed_size, unpack_rows
 from .base import Compressor
-from .registry import register_library_codec
+from .packet import Packet
+from .registry import library_codec
 from .wire import add_pieces, expect_layout, expect_nbytes, flat_float32, from_bytes, output, to_bytes
 
 
@@ -29,40 +29,56 @@ class Sign(Compressor):
     codec = "sign"
     protocol = "allgather"
     biased = True
-    fast_paths = frozenset({"codec_mean", "fused_add"})
 
     @property
     def name(self) -> str:
         return "sign"
 
+    def encode(self, rows, *, add=None, clear_add=False, into=None):
+        """A packet per row; with `add` (error feedback), the add and the packing in one pass
+        over memory where the compiled loops run (float32 rows and add, a NaN raising: then
+        after the finite part of the sum reached the rows, as Top-K's); row 0's bits written
+        into `into` where one is lent."""
+        W, n = rows.shape[0], rows[0].numel()
+        if W > 1 and n <= kernels.TORCH_PIECE and not kernels.would_use_numba(n, rows.device):
+            return self._encode_together(rows, add, clear_add)
+        packets = []
+        for w in range(W):
+            x, g = rows[w].reshape(-1), add[w].reshape(-1) if add is not None else None
+            got = None
+            if (g is not None and self.nonfinite == "raise" and rows.is_contiguous()
+                    and x.dtype == torch.float32 and g.dtype == torch.float32):
+                got = kernels.add_sign_pack_l1(x, g.detach(), out=into if w == 0 else None)
+                if got is not None and trace.ENABLED:
+                    trace.note(step="fused add")
+                if got is not None and clear_add:
+                    g.detach().zero_()
+            if got is None:
+                if g is not None:
+                    self._add(x, g, clear_add)
+                got = kernels.sign_pack_l1(flat_float32(x), out=into if w == 0 else None)
+            packets.append(self._packet(rows[w], *got))
+        return packets, [None] * rows.shape[0]
+
+    def _encode_together(self, rows, add, clear_add):
+        """Rows too small for the compiled loops: their sign bits packed in one pass (each
+        row's l1 summed on its own, as `kernels.sign_pack_l1` sums it)."""
+        if add is not None:
+            self._add(rows, add, clear_add)
+        W = rows.shape[0]
+        X = rows.reshape(W, -1)
+        X = X if X.dtype == torch.float32 else X.float()
+        bits = pack_rows((X < 0).view(torch.uint8), 1)
+        return [self._packet(rows[w], bits[w], float(X[w].abs().sum(dtype=torch.float64))) for w in range(W)], \
+            [None] * W
+
     def _compress(self, t):
-        x = flat_float32(t)
-        return self._packet(t, *kernels.sign_pack_l1(x))
+        return self._packet(t, *kernels.sign_pack_l1(flat_float32(t)))
 
     @staticmethod
     def _packet(t, bits, l1):
         scale = torch.tensor([l1 / t.numel()], dtype=torch.float32, device=t.device)
         return Packet("sign", tuple(t.shape), t.dtype, (), (bits, to_bytes(scale)))
-
-    def compress_with_feedback(self, residual, dtype=None, grad=None, clear_grad=False):
-        """As Compressor's, with the gradient's add and the packing in one pass over memory
-        where the compiled loops run (float32 ledger and gradient): then a NaN or an
-        infinity raises after the finite part of the sum reached the ledger, as Top-K's."""
-        fused = (grad is not None and "fused_add" in self.fast_paths and self.nonfinite == "raise"
-                 and dtype in (None, residual.dtype) and residual.is_contiguous()
-                 and residual.dtype == torch.float32 and grad.dtype == torch.float32
-                 and tuple(grad.shape) == tuple(residual.shape))
-        got = kernels.add_sign_pack_l1(residual.view(-1), grad.detach()) if fused else None
-        if got is None:
-            return super().compress_with_feedback(residual, dtype, grad, clear_grad)
-        if trace.ENABLED:
-            trace.note(step="fused add")
-        packet = self._packet(residual, *got)
-        with torch.no_grad():
-            _add_sign(packet, residual, -1.0)
-            if clear_grad:
-                grad.detach().zero_()
-        return packet
 
 
 def _scale_of(packet) -> float:
@@ -93,9 +109,32 @@ def _add_sign(packet, out, alpha):
     add_pieces(packet, out, piece, alpha)
 
 
+def _sign_rows(packets):
+    """Several sign packets of one tensor (too small for the compiled loops) decoded in one
+    pass: [W, n] values, each row what `decode` gives; None otherwise."""
+    first = packets[0]
+    n = first.numel
+    if kernels.would_use_numba(n, first.device) or any(p.shape != first.shape or p.dtype != first.dtype
+                                                        for p in packets):
+        return None
+    scales = torch.tensor([_scale_of(p) for p in packets], dtype=torch.float32, device=first.device)
+    bits = unpack_rows(torch.stack([p.parts[0] for p in packets]), 1, n)
+    values = kernels.sign_values(bits, scales.unsqueeze(1), torch.empty(bits.shape, device=first.device))
+    return values.to(first.dtype)
+
+
 def _add_divide_sign(packet, out, count):
     return packet.dtype == torch.float32 and \
         kernels.sign_unpack_add(packet.parts[0], _scale_of(packet), out, 1.0, count)
 
 
-register_library_codec("sign", _decode_sign, add=_add_sign, add_divide=_add_divide_sign)
+def _sign_cost(compressor, shape, dtype) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return packed_size(n, 1) + 4
+
+
+SIGN = library_codec(Sign, 6, 8.0, _decode_sign, add=_add_sign, add_divide=_add_divide_sign, rows=_sign_rows,
+                     cost=_sign_cost,
+                     schemes={"sign": ("Sign+EF", lambda ratio, rank: Sign(), True)})

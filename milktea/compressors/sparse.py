@@ -11,11 +11,12 @@ import torch
 from .. import index as index_codec
 from .. import kernels, stochastic, trace
 from ..checks import check_choice, check_number, check_positive_int, check_ratio, check_seed, resolve_k
-from ..packet import Packet
 from .base import Compressor, check_same_kind
-from .registry import register_library_codec
+from .codec import SPARSE_EXPANSION, lookup
+from .packet import Packet
+from .registry import library_codec
 from .wire import expect_layout, expect_nbytes, from_bytes, output, to_bytes
-from .select import select_topk
+from .select import kth_largest_sorted_indices, select_topk
 
 ENCODING_IDS = {name: i for i, name in enumerate(index_codec.ENCODINGS)}
 
@@ -28,14 +29,16 @@ def _selection_view(flat: torch.Tensor) -> torch.Tensor:
 class Sparsifier(Compressor):
     """Shared plumbing of compressors whose packets are (indices, values).
 
-    A subclass says which positions to send: `select(flat) -> sorted indices`. The packet
-    carries the input's own values there, so error feedback crosses them out of the
-    ledger exactly (the "exact_step" fast path) and the mean of the ranks' packets writes
-    only the listed entries ("clears_gradient").
+    A subclass says which positions to send: `select(flat, row) -> (sorted indices, flat's
+    values there or None)`, which `encode` calls for every row once error feedback's
+    gradient is in it. The packet carries the row's own values there, so error feedback
+    crosses them out of the ledger exactly (`encode`'s sent: the positions) and the mean
+    of the ranks' packets writes only the listed entries. (`TopK` writes its own encode,
+    its selection fused with the gradient's add: to choose positions another way, derive
+    from Sparsifier.)
     """
     biased = True
     carries_nonfinite = True        # the values are sent as they are
-    fast_paths = frozenset({"codec_mean", "exact_step", "clears_gradient"})
 
     def __init__(self, ratio=None, *, k=None, nonfinite="raise"):
         super().__init__(nonfinite)
@@ -50,61 +53,37 @@ class Sparsifier(Compressor):
     def k_for(self, numel: int) -> int:
         return resolve_k(self.ratio, self.k, numel)
 
-    def select(self, flat: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def _choose(self, flat: torch.Tensor, add: torch.Tensor | None = None, clear_add: bool = False):
-        """(the sorted positions to send this call, flat's values there or None) (advances
-        any per-call state). add: only with the "fused_add" fast path: added to `flat` in
-        place first (and zeroed after with `clear_add`) in the selection's own pass."""
-        return self.select(flat), None
-
-    def _pack(self, t: torch.Tensor, idx: torch.Tensor, vals: torch.Tensor | None = None) -> Packet:
-        raise NotImplementedError  # pragma: no cover - abstract; vals: t's values at idx, if known
+    def select(self, flat: torch.Tensor, row: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(the sorted flat positions this call sends, advancing any per-call state; flat's
+        values there where the selection read them, else None). row: which of `encode`'s
+        rows (its random stream, see `Compressor.rows`)."""
+        raise NotImplementedError  # pragma: no cover - abstract
 
     def _compress(self, t):
-        return self._pack(t, *self._choose(t.reshape(-1)))
+        return self._packet(t, *self.select(t.reshape(-1)))
 
-    def compress_with_feedback(self, residual, dtype=None, grad=None, clear_grad=False):
-        """Send the chosen entries and cross them out of `residual` directly: the values
-        sent are the residual's own entries, so zeroing them is exact and no packet is
-        decoded (with a narrower wire `dtype`, the rounding remainder stays instead).
-        With `grad` and the "fused_add" fast path (Top-K), the selection adds it in its
-        first pass over memory, and zeroes it there too with `clear_grad`."""
-        if "exact_step" not in self.fast_paths:      # a subclass changed what is sent
-            return super().compress_with_feedback(residual, dtype, grad, clear_grad)
-        if not isinstance(residual, torch.Tensor) or not residual.is_contiguous():
-            raise ValueError("the residual must be a contiguous tensor (error feedback's ledger)")
-        fuse = grad is not None and self._fuses(residual, grad, dtype)
-        if trace.ENABLED:
-            trace.note(step=("fused add and clear" if clear_grad else "fused add") if fuse else "exact step")
-        if grad is not None and not fuse:
-            self.add_to_ledger(residual, grad)
-            if clear_grad:
-                grad.detach().zero_()
-        x = residual if dtype in (None, residual.dtype) else residual.to(dtype)
-        with torch.no_grad():
-            add = grad.detach().reshape(-1) if fuse else None
-            idx, vals = self._choose(x.reshape(-1), add, clear_add=fuse and clear_grad)
-            packet = self._pack(x, idx, vals)
-            flat = residual.view(-1)
-            if x is residual:
-                kernels.zero_at(flat, idx)
-            else:
-                flat.index_add_(0, idx, x.reshape(-1).index_select(0, idx).to(flat.dtype), alpha=-1)
-        return packet
+    def encode(self, rows, *, add=None, clear_add=False, into=None):
+        """error feedback's gradient added, then each row's positions (`select`), its values
+        there sent as they are."""
+        W = rows.shape[0]
+        self.rows(W)
+        if add is not None:
+            self._add(rows, add, clear_add)
+        flat = rows.reshape(W, -1)
+        packets, sent = [], []
+        for w in range(W):
+            idx, vals = self.select(flat[w], row=w)
+            packets.append(self._packet(rows[w], idx, vals))
+            sent.append((idx, None))
+        return packets, sent
 
-    def _fuses(self, residual, grad, dtype) -> bool:
-        """Whether the selection may add `grad` into the ledger itself: the "fused_add" fast
-        path, a NaN that must raise (not be chosen), and one float32/float64 dtype for the
-        ledger, the gradient and the wire (the selection reads the ledger in place)."""
-        return ("fused_add" in self.fast_paths and self.nonfinite == "raise" and dtype in (None, residual.dtype)
-                and residual.dtype in (torch.float32, torch.float64) and grad.dtype == residual.dtype)
+    def _packet(self, t: torch.Tensor, idx: torch.Tensor, vals: torch.Tensor | None) -> Packet:
+        raise NotImplementedError  # pragma: no cover - abstract; vals: t's values at idx, if known
 
     def sparse_parts(self, tensor: torch.Tensor):
         """(sorted indices, values) this compressor would send for `tensor`."""
         flat = tensor.reshape(-1)
-        idx = self.select(flat)
+        idx = self.select(flat)[0]
         return idx, flat.index_select(0, idx)
 
     def _repr_args(self):
@@ -143,7 +122,6 @@ class TopK(Sparsifier):
     """
     codec = "topk"
     protocol = "allgather"
-    fast_paths = Sparsifier.fast_paths | {"fused_add"}
 
     def __init__(self, ratio=None, *, k=None, approximate=False, tolerance=0.05, index="auto",
                  seed=0, nonfinite="raise"):
@@ -165,24 +143,58 @@ class TopK(Sparsifier):
     def name(self) -> str:
         return ("approx-" if self.approximate else "") + super().name
 
-    def select(self, flat):
+    def select(self, flat, row=0):
+        """The k largest |flat| (see `select_topk`), with their values from the selection's
+        own pass where it reads flat itself (no second, random read)."""
+        return self._choose(flat, None, False, row)
+
+    def _choose(self, flat, add, clear_add, row):
+        """`select`, with `add` (error feedback's update of its ledger `flat`) added in the
+        selection's first pass (and zeroed with `clear_add`) where flat and add are float32
+        or float64 alike and a NaN must raise; otherwise added first."""
+        plain = self.nonfinite != "ignore" and flat.dtype in (torch.float32, torch.float64)
+        if add is not None and not (plain and self.nonfinite == "raise" and add.dtype == flat.dtype):
+            self._add(flat, add, clear_add)
+            add = None
+        gen = self.row(row)._gen
+        k = self.k_for(flat.numel())
+        if add is not None and trace.ENABLED:
+            trace.note(step="fused add and clear" if clear_add else "fused add")
+        if plain:
+            return select_topk(flat, k, approximate=self.approximate, tolerance=self.tolerance, gen=gen,
+                               add=add, clear_add=clear_add)
         view = _selection_view(flat)
         if self.nonfinite == "ignore" and not bool(torch.isfinite(view).all()):
             view = torch.nan_to_num(view, nan=float("inf"))   # NaN counts as the largest (as torch.topk)
-        return select_topk(view, self.k_for(flat.numel()), approximate=self.approximate,
-                           tolerance=self.tolerance, gen=self._gen)[0]
+        return select_topk(view, k, approximate=self.approximate, tolerance=self.tolerance, gen=gen)[0], None
 
-    def _choose(self, flat, add=None, clear_add=False):
-        """(positions, values): the values come from the selection's own pass (no second,
-        random read of flat) where it reads flat itself; with `add` (the "fused_add" path:
-        error feedback's update of the ledger `flat`) always."""
-        plain = self.nonfinite != "ignore" and flat.dtype in (torch.float32, torch.float64)
-        if add is None and not (plain and type(self).select is TopK.select):
-            return self.select(flat), None    # a subclass's own select, or a float32 copy compared
-        return select_topk(flat, self.k_for(flat.numel()), approximate=self.approximate,
-                           tolerance=self.tolerance, gen=self._gen, add=add, clear_add=clear_add)
+    def encode(self, rows, *, add=None, clear_add=False, into=None):
+        """Row by row, error feedback's gradient added in the selection's first pass over
+        the ledger; or every row at once where that pays: several rows of an exact selection
+        too small for the compiled loops are chosen by one torch selection over the [W, n]
+        matrix (the same positions: the k largest, ties to the lowest index)."""
+        W, n = rows.shape[0], rows[0].numel()
+        if (W == 1 or self.approximate or self.nonfinite == "ignore" or kernels.would_use_numba(n, rows.device)
+                or rows.dtype not in (torch.float32, torch.float64)):
+            self.rows(W)
+            flat, adds = rows.reshape(W, -1), (add.reshape(W, -1) if add is not None else None)
+            packets, sent = [], []
+            for w in range(W):
+                idx, vals = self._choose(flat[w], adds[w] if adds is not None else None, clear_add, w)
+                packets.append(self._packet(rows[w], idx, vals))
+                sent.append((idx, None))
+            return packets, sent
+        if add is not None:
+            self._add(rows, add, clear_add)
+        X = rows.view(W, n)
+        idx = kth_largest_sorted_indices(X.abs(), self.k_for(n))
+        vals = X.gather(1, idx)
+        shape, k = tuple(rows.shape[1:]), idx.shape[1]
+        packets = [Packet("topk", shape, rows.dtype, (k, ENCODING_IDS[enc]), (ibytes, to_bytes(vals[w])))
+                   for w, (enc, ibytes) in enumerate(index_codec.encode_rows(idx, n, self.index))]
+        return packets, [(idx[w], None) for w in range(W)]
 
-    def _pack(self, t, idx, vals=None):
+    def _packet(self, t, idx, vals=None):
         """vals: t's values at idx where the caller has them (else gathered here)."""
         if vals is None or vals.dtype != t.dtype:
             vals = t.reshape(-1).index_select(0, idx)
@@ -195,7 +207,6 @@ def sparse_packet(t: torch.Tensor, idx: torch.Tensor, vals: torch.Tensor, index:
                   (ibytes, to_bytes(vals)))
 
 
-SPARSE_DECODERS: dict = {}   # other sparse codecs (chain) register here
 SEED_LIMIT = 1 << 62         # a randomk packet's seed is below this (the format's rule)
 
 
@@ -206,20 +217,32 @@ def _check_k(packet, k: int) -> None:
 
 
 def sparse_decode(packet: Packet) -> tuple[torch.Tensor, torch.Tensor]:
-    """(indices, values) of a sparse packet (topk, randomk, chain), every size checked."""
-    if packet.codec in SPARSE_DECODERS:
-        return SPARSE_DECODERS[packet.codec](packet)
-    size = torch.empty((), dtype=packet.dtype).element_size()
-    if packet.codec == "randomk":
-        expect_layout(packet, 2, 1)
-        k, seed = packet.params
-        _check_k(packet, k)
-        if not 0 <= seed < SEED_LIMIT:
-            raise ValueError(f"malformed randomk packet: seed {seed} (RandomK's seeds are below 2**62)")
-        expect_nbytes(packet, 0, k * size, f"{k} {packet.dtype} values")
-        return _random_indices(packet.numel, k, seed, packet.device), from_bytes(packet.parts[0], packet.dtype)
-    if packet.codec != "topk":
+    """(indices, values) of a sparse packet (topk, randomk, chain: its codec's `sparse`),
+    every size checked."""
+    parts = lookup(packet.codec).sparse
+    if parts is None:
         raise ValueError(f"not a sparse packet: codec {packet.codec!r}")
+    return parts(packet)
+
+
+def _randomk_parts(packet: Packet) -> tuple[torch.Tensor, torch.Tensor]:
+    vals = _randomk_parts_values(packet)
+    return _random_indices(packet.numel, vals.numel(), packet.params[1], packet.device), vals
+
+
+def _randomk_parts_values(packet: Packet) -> torch.Tensor:
+    size = torch.empty((), dtype=packet.dtype).element_size()
+    expect_layout(packet, 2, 1)
+    k, seed = packet.params
+    _check_k(packet, k)
+    if not 0 <= seed < SEED_LIMIT:
+        raise ValueError(f"malformed randomk packet: seed {seed} (RandomK's seeds are below 2**62)")
+    expect_nbytes(packet, 0, k * size, f"{k} {packet.dtype} values")
+    return from_bytes(packet.parts[0], packet.dtype)
+
+
+def _topk_parts(packet: Packet) -> tuple[torch.Tensor, torch.Tensor]:
+    size = torch.empty((), dtype=packet.dtype).element_size()
     expect_layout(packet, 2, 2)
     k, enc = packet.params
     _check_k(packet, k)
@@ -232,7 +255,7 @@ def sparse_decode(packet: Packet) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _decode_sparse(packet, out=None):
-    idx, vals = sparse_decode(packet)
+    idx, vals = lookup(packet.codec).sparse(packet)
     res = output(packet, out)
     res.zero_()
     res.view(-1).index_copy_(0, idx, vals.to(res.dtype))   # sorted unique indices: half index_put's time
@@ -240,8 +263,40 @@ def _decode_sparse(packet, out=None):
 
 
 def _add_sparse(packet, out, alpha):
-    idx, vals = sparse_decode(packet)
+    idx, vals = lookup(packet.codec).sparse(packet)
     out.view(-1).index_add_(0, idx, vals.to(out.dtype), alpha=alpha)
+
+
+def _topk_rows(packets):
+    """([W, k] positions, [W, k] values) of several topk packets of one tensor, those of
+    delta8 indices decoded together (see index.decode_rows); None where they differ in k,
+    shape or dtype, or where the compiled loops take each packet."""
+    first = packets[0]
+    for p in packets:
+        if len(p.params) != 2 or len(p.parts) != 2 or p.params[0] != first.params[0] or p.shape != first.shape \
+                or p.dtype != first.dtype:
+            return None
+    if kernels.would_use_numba(first.numel, first.device):
+        return None                  # the compiled decoder and merge take each packet as it is
+    k = first.params[0]
+    _check_k(first, k)
+    size = torch.empty((), dtype=first.dtype).element_size()
+    for p in packets:
+        expect_nbytes(p, 1, k * size, f"{k} {p.dtype} values")
+    d8 = [w for w, p in enumerate(packets) if p.params[1] == ENCODING_IDS["delta8"]]
+    together = index_codec.decode_rows([packets[w].parts[0] for w in d8], k, first.numel) if d8 else None
+    rows = dict(zip(d8, together)) if together is not None else {}
+    idx = torch.stack([rows[w] if w in rows else _topk_parts(p)[0] for w, p in enumerate(packets)])
+    return idx, torch.stack([from_bytes(p.parts[1], p.dtype) for p in packets])
+
+
+def _randomk_rows(packets):
+    """Several randomk packets of one step: their positions drawn once."""
+    first = packets[0]
+    if any(p.params != first.params or p.shape != first.shape or p.dtype != first.dtype for p in packets):
+        return None
+    idx, _ = _randomk_parts(first)
+    return idx.expand(len(packets), -1), torch.stack([_randomk_parts_values(p) for p in packets])
 
 
 def _random_indices(n: int, k: int, seed: int, device) -> torch.Tensor:
@@ -271,21 +326,24 @@ class RandomK(Sparsifier):
         self.seed = check_seed(seed)
         self.step = 0
 
-    def select(self, flat):
-        return _random_indices(flat.numel(), self.k_for(flat.numel()), self._step_seed(), flat.device)
-
-    def _step_seed(self, step: int | None = None) -> int:
-        return (self.seed * 1_000_003 + (self.step if step is None else step)) % SEED_LIMIT
-
-    def _choose(self, flat, add=None, clear_add=False):
-        idx = self.select(flat)
+    def select(self, flat, row=0):
+        idx = _random_indices(flat.numel(), self.k_for(flat.numel()), self._step_seed(), flat.device)
         self.step += 1
         return idx, None
 
-    def _pack(self, t, idx, vals=None):
-        seed = self._step_seed(self.step - 1)     # the seed _choose just used
-        return Packet("randomk", tuple(t.shape), t.dtype, (idx.numel(), seed),
-                      (to_bytes(t.reshape(-1).index_select(0, idx)),))
+    def encode(self, rows, *, add=None, clear_add=False, into=None):
+        """The same positions for every row (the workers agree on them), one step a call."""
+        if add is not None:
+            self._add(rows, add, clear_add)
+        W = rows.shape[0]
+        seed = self._step_seed()
+        idx = self.select(rows[0].reshape(-1))[0]
+        packets = [Packet("randomk", tuple(rows.shape[1:]), rows.dtype, (idx.numel(), seed),
+                          (to_bytes(rows[w].reshape(-1).index_select(0, idx)),)) for w in range(W)]
+        return packets, [(idx, None)] * W
+
+    def _step_seed(self, step: int | None = None) -> int:
+        return (self.seed * 1_000_003 + (self.step if step is None else step)) % SEED_LIMIT
 
     def state_dict(self):
         return {**super().state_dict(), "step": self.step}
@@ -295,5 +353,25 @@ class RandomK(Sparsifier):
         self.step = check_positive_int(state.get("step"), "the saved step", minimum=0)
 
 
-register_library_codec("topk", _decode_sparse, add=_add_sparse, sparse=sparse_decode)
-register_library_codec("randomk", _decode_sparse, add=_add_sparse, sparse=sparse_decode)
+def _sparse_cost(compressor, shape, dtype) -> int:
+    """Payload bytes of a sparse packet: k values, and (Top-K) the smallest index encoding
+    of k positions spread evenly (gaps of n / k)."""
+    n = 1
+    for d in shape:
+        n *= d
+    k = compressor.k_for(n)
+    values = k * torch.empty((), dtype=dtype).element_size()
+    if compressor.codec == "randomk":
+        return values
+    gap = n // k - 1
+    sizes = {"int32": 4 * k, "delta8": k * (1 + gap // index_codec.ESCAPE),
+             "varint": k * max(1, -(-gap.bit_length() // 7)), "bitmap": (n + 7) // 8}
+    return values + (min(sizes.values()) if compressor.index == "auto" else sizes[compressor.index])
+
+
+TOPK = library_codec(TopK, 1, SPARSE_EXPANSION, _decode_sparse, add=_add_sparse, sparse=_topk_parts,
+                     rows=_topk_rows, cost=_sparse_cost, schemes={
+                         "topk": ("Top-{pct}+EF", lambda ratio, rank: TopK(ratio), True),
+                         "topk-approx": ("approx Top-{pct}+EF", lambda ratio, rank: TopK(ratio, approximate=True), True)})
+RANDOMK = library_codec(RandomK, 2, SPARSE_EXPANSION, _decode_sparse, add=_add_sparse, sparse=_randomk_parts,
+                        rows=_randomk_rows, cost=_sparse_cost, schemes={"randomk": ("Random-{pct}+EF", lambda ratio, rank: RandomK(ratio), True)})

@@ -33,10 +33,8 @@ import math
 import torch
 
 from .. import buffers
-from ..packet import Packet
-
-#: Entries decoded at a time by the chunk-wise paths of decompress_add (a small scratch).
-PIECE = 1 << 16
+from ..kernels import TORCH_PIECE
+from .packet import Packet
 
 
 def to_bytes(t: torch.Tensor) -> torch.Tensor:
@@ -91,22 +89,22 @@ def flat_float32(t: torch.Tensor) -> torch.Tensor:
     return t if t.is_contiguous() else t.contiguous()
 
 
-def chunk_step(chunk: int, limit: int = 1 << 20) -> int | None:
+def chunk_step(chunk: int, limit: int = 4 * TORCH_PIECE) -> int | None:
     """A piece length for add_pieces that starts every piece on a chunk boundary and a byte
-    boundary (>= PIECE entries, a multiple of both `chunk` and 8), so a piece decodes with
-    the codec's whole-tensor kernel on a slice of the codes and scales; None when such a
-    piece would be longer than `limit` entries."""
-    step = chunk * -(-PIECE // chunk)
+    boundary (>= TORCH_PIECE entries, a multiple of both `chunk` and 8), so a piece decodes
+    with the codec's whole-tensor kernel on a slice of the codes and scales; None when such
+    a piece would be longer than `limit` entries."""
+    step = chunk * -(-TORCH_PIECE // chunk)
     step = step * 8 // math.gcd(step, 8)
     return step if step <= limit else None
 
 
-def add_pieces(packet: Packet, out: torch.Tensor, piece, alpha: float, step: int = PIECE) -> None:
+def add_pieces(packet: Packet, out: torch.Tensor, piece, alpha: float, step: int = TORCH_PIECE) -> None:
     """out.view(-1)[s:e] += alpha * piece(s, e) for pieces of `step` entries (step % 8 == 0),
     so a decoder adds into `out` with a scratch of one piece, not of the whole tensor.
 
     Each piece is rounded to the packet's dtype first, so what is added is exactly what
-    :func:`~milktea.packet.decode` returns, whatever `out`'s dtype."""
+    :func:`~milktea.compressors.decode` returns, whatever `out`'s dtype."""
     flat = out.view(-1)
     for s in range(0, packet.numel, step):
         e = min(s + step, packet.numel)

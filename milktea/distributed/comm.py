@@ -1,6 +1,6 @@
-"""Blocking collectives for the hooks: all-reduce, and all-gather of variable-size byte
-strings (sizes first, then the padded bytes), each through an optional emulated link and
-counted in a StatsLog."""
+"""Blocking collectives for the hooks' protocols: all-reduce, all-gather of byte strings
+of different lengths (sizes first, then the bytes) and all-to-all, each waited for
+through the optional emulated link and counted in a StatsLog (`link.Pending.wait`)."""
 from __future__ import annotations
 
 import time
@@ -8,7 +8,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from milktea.distributed.link import EmulatedLink, allgather_wire_bytes, allreduce_wire_bytes
+from milktea.distributed.link import EmulatedLink, Pending
 from milktea.distributed.stats import StatsLog
 
 # torch >= 2.10 renamed all_gather_into_tensor (the old name warns); older torch lacks the new one
@@ -43,30 +43,22 @@ class Comm:
         self._recv: dict[int, torch.Tensor | None] = {}
         self._device = torch.device("cpu")
 
-    def _finish(self, step, issued, work, kind, nbytes, wire) -> None:
-        predicted = self.link.predict(kind, nbytes, self.world) if self.link is not None else 0.0
-        end = self.link.occupy(issued, predicted) if self.link is not None else issued
-        work.wait()
-        if self.link is not None:
-            self.link.wait_until(end)
-        if self.log is not None:
-            self.log.add(step, comm_s=time.perf_counter() - issued, wire_bytes=wire,
-                         predicted_comm_s=predicted, collectives=1, op=(kind, nbytes))
+    def _wait(self, work, collective: str, nbytes: int, step: int, issued: float) -> None:
+        Pending(work, collective, nbytes, self.world, self.link, self.log, step, issued).wait()
 
     def all_reduce(self, tensor: torch.Tensor, step: int = 0, op=dist.ReduceOp.SUM) -> torch.Tensor:
         """Sum (or `op`) `tensor` over the ranks, in place."""
         issued = time.perf_counter()
         work = dist.all_reduce(tensor, op=op, group=self.group, async_op=True)
-        nbytes = tensor.numel() * tensor.element_size()
-        self._finish(step, issued, work, "allreduce", nbytes, allreduce_wire_bytes(nbytes, self.world))
+        self._wait(work, "allreduce", tensor.numel() * tensor.element_size(), step, issued)
         return tensor
 
     def send_buffer(self, nbytes: int, keep: int = 0, device=None) -> torch.Tensor:
-        """This rank's send buffer for `all_gather_bytes` (1-D uint8 on `device`, default
-        the last payload's; kept between calls), at least `nbytes` long: a payload written
-        at its start is sent without a copy. When it must grow, its first `keep` bytes
-        move to the new one, which gets 1/32 to spare past the first time (a Top-K
-        payload varies a little from step to step)."""
+        """This rank's send buffer for the all-gathers (1-D uint8 on `device`, default the
+        last payload's; kept between calls), at least `nbytes` long: a payload written at
+        its start is sent without a copy. When it must grow, its first `keep` bytes move
+        to the new one, which gets 1/32 to spare past the first time (a Top-K payload
+        varies a little from step to step)."""
         dev = self._device if device is None else torch.device(device)
         buf = self._send
         if buf is None or buf.device != dev or buf.numel() < nbytes:
@@ -89,14 +81,21 @@ class Comm:
         return buf[:nbytes]
 
     def all_gather_bytes(self, payload: torch.Tensor, step: int = 0) -> list[torch.Tensor]:
-        """Every rank's uint8 `payload` (sizes may differ), in rank order.
+        """Every rank's uint8 `payload` (sizes may differ), in rank order (see `all_gather_tailed`)."""
+        return self.all_gather_tailed(payload, None, step)[0]
+
+    def all_gather_tailed(self, payload: torch.Tensor, tail: int | None, step: int = 0):
+        """(every rank's uint8 `payload`, in rank order; every rank's last `tail` bytes of it
+        on the host, as uint8 numpy arrays): a rank's packets' headers, which the DDP hook
+        lays at the end of its payload, reach the host without a copy per packet.
 
         The result is views into buffers this Comm keeps and reuses: read them before the
-        next call. On CPU (gloo) each rank's bytes are one in-place broadcast from that
-        rank into a buffer kept per rank, so a step allocates nothing of the payload's
-        size (gloo's all-gather would copy every rank's bytes into a temporary as large
-        as all of them, and the padded send and receive buffers would be new each step);
-        on GPU, one all-gather of the padded payloads. Counted as one all-gather.
+        next call. The sizes go first (one int64 per rank; two with a `tail`). On the CPU (gloo)
+        each rank's bytes are one in-place broadcast from that rank into a buffer kept per
+        rank, so a step allocates nothing of the payload's size (gloo's all-gather would
+        copy every rank's bytes into a temporary as large as all of them); on a GPU, one
+        all-gather of the padded payloads, and one copy of every rank's tail to the host.
+        Counted as one all-gather.
 
         The broadcasts go one after another, each finished before the next is issued: one
         collective in flight on the group at a time, as every other caller of a process
@@ -104,35 +103,59 @@ class Comm:
         in a CI run, a 3-rank group then waited until its timeout.)"""
         if payload.dtype != torch.uint8 or payload.dim() != 1:
             raise TypeError(f"payload must be a 1-D uint8 tensor, got {payload.dtype} of shape {tuple(payload.shape)}")
-        dev = payload.device
-        n = payload.numel()
+        dev, n, W = payload.device, payload.numel(), self.world
         if self._send is None or self._send.device != dev or payload.data_ptr() != self._send.data_ptr():
             self.send_buffer(n, device=dev)[:n].copy_(payload)          # else: written in place already
         issued = time.perf_counter()
-        size = torch.tensor([n], dtype=torch.int64, device=dev)
-        sizes = torch.empty(self.world, dtype=torch.int64, device=dev)
-        work = _all_gather_flat(sizes, size, group=self.group, async_op=True)
-        self._finish(step, issued, work, "allgather", 8, allgather_wire_bytes(8, self.world))
+        size = torch.tensor([n] if tail is None else [n, tail], dtype=torch.int64, device=dev)
+        sizes = torch.empty(W * size.numel(), dtype=torch.int64, device=dev)
+        self._wait(_all_gather_flat(sizes, size, group=self.group, async_op=True), "allgather", 8 * size.numel(),
+                   step, issued)
         sizes = sizes.tolist()
-        width = max(sizes)
+        lengths, tails = (sizes, None) if tail is None else (sizes[0::2], sizes[1::2])
+        width = max(lengths)
         issued = time.perf_counter()
         if dev.type == "cpu":
-            parts = [self._send[:n] if r == self.rank else self._recv_buffer(r, m) for r, m in enumerate(sizes)]
+            parts = [self._send[:n] if r == self.rank else self._recv_buffer(r, m) for r, m in enumerate(lengths)]
             for r, p in enumerate(parts):
                 if p.numel():
                     dist.broadcast(p, src=self._global[r], group=self.group, async_op=True).wait()
-            self._finish(step, issued, _Done(), "allgather", width, allgather_wire_bytes(width, self.world))
-            return parts
+            self._wait(None, "allgather", width, step, issued)
+            heads = [p[p.numel() - t:].numpy() for p, t in zip(parts, tails)] if tail else None
+            return parts, heads
         send = self.send_buffer(width, keep=n, device=dev)[:width]
         send[n:].zero_()
-        out = self._recv_buffer(-1, self.world * width)
-        work = _all_gather_flat(out, send, group=self.group, async_op=True)
-        self._finish(step, issued, work, "allgather", width, allgather_wire_bytes(width, self.world))
-        return [out[r * width: r * width + m] for r, m in enumerate(sizes)]
+        out = self._recv_buffer(-1, W * width)
+        self._wait(_all_gather_flat(out, send, group=self.group, async_op=True), "allgather", width, step, issued)
+        parts = [out[r * width: r * width + m] for r, m in enumerate(lengths)]
+        if not tail:
+            return parts, None
+        host = torch.cat([p[p.numel() - t:] for p, t in zip(parts, tails)]).cpu().numpy()
+        ends = [0]
+        for t in tails:
+            ends.append(ends[-1] + t)
+        return parts, [host[a:b] for a, b in zip(ends, ends[1:])]
 
-
-class _Done:
-    """A collective already waited for."""
-
-    def wait(self):
-        return True
+    def all_to_all_bytes(self, payloads: list[torch.Tensor], step: int = 0) -> list[torch.Tensor]:
+        """payloads[j] (uint8) goes to rank j; returns what every rank sent to this one, in
+        rank order. Sizes differ, so the N x N size table is all-gathered first, then every
+        payload is padded to the largest and exchanged with one all_to_all_single (gloo and
+        NCCL both have it for equal splits)."""
+        W, dev = self.world, payloads[0].device
+        if len(payloads) != W:
+            raise ValueError(f"need one payload per rank ({W}), got {len(payloads)}")
+        mine = torch.tensor([p.numel() for p in payloads], dtype=torch.int64, device=dev)
+        table = torch.empty(W * W, dtype=torch.int64, device=dev)
+        issued = time.perf_counter()
+        self._wait(_all_gather_flat(table, mine, group=self.group, async_op=True), "allgather", 8 * W, step, issued)
+        table = table.view(W, W)                       # table[i, j]: bytes rank i sends to rank j
+        width = int(table.max())
+        send = torch.zeros(W, width, dtype=torch.uint8, device=dev)
+        for j, p in enumerate(payloads):
+            send[j, : p.numel()] = p
+        recv = torch.empty(W, width, dtype=torch.uint8, device=dev)
+        issued = time.perf_counter()
+        work = dist.all_to_all_single(recv.view(-1), send.view(-1), group=self.group, async_op=True)
+        self._wait(work, "alltoall", width, step, issued)
+        sizes = table[:, self.rank].tolist()
+        return [recv[i, : sizes[i]] for i in range(W)]

@@ -30,14 +30,13 @@ torch.distributed. Both make the same calls, so their results agree bit for bit.
 from __future__ import annotations
 
 import copy
-import time
 
 import torch
 
 from milktea.compressors import Compressor
 from milktea.distributed.checkpoint import coder_state, load_coder_state
 from milktea.feedback import ErrorFeedback
-from milktea.packet import Packet
+from milktea.compressors.packet import Packet
 
 PROTOCOL = "compressed_allreduce"
 
@@ -187,49 +186,6 @@ def wire_bytes(sent: list[Packet], reduced: Packet, rank: int) -> int:
 
 
 # --- over torch.distributed --------------------------------------------------------------------
-def all_to_all_bytes(comm, payloads: list[torch.Tensor], step: int = 0) -> list[torch.Tensor]:
-    """payloads[j] (uint8) goes to rank j; returns what every rank sent to this one, in
-    rank order. Sizes differ, so the N x N size table is all-gathered first, then every
-    payload is padded to the largest and exchanged with one all_to_all_single (gloo and
-    NCCL both have it for equal splits). On an emulated link it costs what N-1 messages of
-    that width cost (the time of an all-gather of one chunk)."""
-    import torch.distributed as dist
-    from milktea.distributed.comm import _all_gather_flat
-    W, dev = comm.world, payloads[0].device
-    if len(payloads) != W:
-        raise ValueError(f"need one payload per rank ({W}), got {len(payloads)}")
-    mine = torch.tensor([p.numel() for p in payloads], dtype=torch.int64, device=dev)
-    table = torch.empty(W * W, dtype=torch.int64, device=dev)
-    t0 = time.perf_counter()
-    work = _all_gather_flat(table, mine, group=comm.group, async_op=True)
-    _finish(comm, step, t0, work, "alltoall", 8 * W, 8 * W * (W - 1))
-    table = table.view(W, W)                       # table[i, j]: bytes rank i sends to rank j
-    width = int(table.max())
-    send = torch.zeros(W, width, dtype=torch.uint8, device=dev)
-    for j, p in enumerate(payloads):
-        send[j, : p.numel()] = p
-    recv = torch.empty(W, width, dtype=torch.uint8, device=dev)
-    t0 = time.perf_counter()
-    work = dist.all_to_all_single(recv.view(-1), send.view(-1), group=comm.group, async_op=True)
-    _finish(comm, step, t0, work, "alltoall", width, width * (W - 1))
-    sizes = table[:, comm.rank].tolist()
-    return [recv[i, : sizes[i]] for i in range(W)]
-
-
-def _finish(comm, step, issued, work, kind, nbytes, wire) -> None:
-    """Wait for a collective, on the emulated link if there is one (N-1 messages of
-    `nbytes`: the all-gather formula), and log it."""
-    link = comm.link
-    predicted = link.predict("allgather", nbytes, comm.world) if link is not None else 0.0
-    end = link.occupy(issued, predicted) if link is not None else issued
-    work.wait()
-    if link is not None:
-        link.wait_until(end)
-    if comm.log is not None:
-        comm.log.add(step, comm_s=time.perf_counter() - issued, wire_bytes=wire, predicted_comm_s=predicted,
-                     collectives=1, op=(kind, nbytes))
-
-
 def allreduce(state: CompressedAllReduce, x: torch.Tensor, comm, step: int = 0,
               out: torch.Tensor | None = None) -> torch.Tensor:
     """One worker's compressed all-reduce of `x` over `comm` (a milktea.distributed.comm.Comm):
@@ -239,7 +195,7 @@ def allreduce(state: CompressedAllReduce, x: torch.Tensor, comm, step: int = 0,
         raise ValueError(f"state is for rank {state.rank} of {state.workers}, this process is rank "
                          f"{comm.rank} of {comm.world}")
     sent = state.encode(x)
-    mine = all_to_all_bytes(comm, [p.to_tensor() for p in sent], step)
+    mine = comm.all_to_all_bytes([p.to_tensor() for p in sent], step)
     reduced = state.reduce([Packet.from_tensor(p) for p in mine])
     parts = comm.all_gather_bytes(reduced.to_tensor(), step)
     got = [Packet.from_tensor(p) for p in parts]

@@ -5,11 +5,13 @@
     state = milktea.ddp.compress(model, TopK(0.01), link=link)
 
 The real collective runs (on loopback it is fast), then the caller sleeps until the
-time the cost model gives for the bytes really sent, counted on a per-process timeline
-of the link: a collective starts when it is issued and the link is free, so queued
-collectives wait for each other as on a real wire. No privileges needed.
-For PyTorch's own hooks (which call `torch.distributed.all_reduce` themselves),
-`emulate_torch_collectives(link)` routes their calls (and only theirs) through the same link.
+time the cost model gives for the bytes really sent (`milktea.cost.comm_time`), counted
+on a per-process timeline of the link: a collective starts when it is issued and the
+link is free, so queued collectives wait for each other as on a real wire. No
+privileges needed. `Pending.wait` is the one place where a collective is waited for,
+slowed down to the link and logged: milktea's `Comm` and PyTorch's own hooks (inside
+`torch_hooks_through(link)`, which routes their all-reduces here while it lasts) both go
+through it.
 """
 from __future__ import annotations
 
@@ -18,14 +20,6 @@ import threading
 import time
 
 from milktea import cost
-
-
-def allreduce_wire_bytes(nbytes: float, workers: int) -> float:
-    return 2 * (workers - 1) / workers * nbytes if workers > 1 else 0.0
-
-
-def allgather_wire_bytes(nbytes_per_worker: float, workers: int) -> float:
-    return (workers - 1) * nbytes_per_worker
 
 
 class EmulatedLink:
@@ -50,13 +44,10 @@ class EmulatedLink:
         return cls(cost.Link.gbit(gbit_per_s, latency))
 
     def predict(self, collective: str, nbytes: float, workers: int) -> float:
-        """Seconds the link needs for one collective ("allreduce": nbytes summed by a ring;
-        "allgather": nbytes from each worker)."""
-        if collective == "allreduce":
-            return cost.ring_allreduce_time(nbytes, workers, self.link)
-        if collective == "allgather":
-            return cost.allgather_time(nbytes, workers, self.link)
-        raise ValueError(f"collective must be 'allreduce' or 'allgather', got {collective!r}")
+        """Seconds the link needs for one collective (`milktea.cost.comm_time`: "allreduce":
+        nbytes summed by a ring; "allgather": nbytes from each worker; "alltoall": nbytes
+        to each peer)."""
+        return cost.comm_time(nbytes, workers, self.link, collective)
 
     def occupy(self, issued: float, seconds: float) -> float:
         """Book the link for `seconds` from `issued` (or from when it is free); return the end."""
@@ -65,45 +56,57 @@ class EmulatedLink:
             self._free_at = start + seconds
             return self._free_at
 
-    @staticmethod
-    def wait_until(end: float) -> None:
-        left = end - time.perf_counter()
-        if left > 0:
-            time.sleep(left)
-
     def __repr__(self) -> str:
         return f"EmulatedLink({self.link!r})"
 
 
-class _SlowWork:
-    """Wraps a torch.distributed Work so that waiting on it also waits for the link."""
+class Pending:
+    """A collective in flight: torch's `work`, issued at `issued`, moving `nbytes` per rank
+    with `collective` over `workers` ranks. `wait()` waits for it and then for the emulated
+    link's time (booked on the link's timeline when it was issued), and logs its bytes and
+    seconds in `log` (a StatsLog) under `step`."""
 
-    def __init__(self, work, end: float, done=None):
-        self._work, self._end, self._done = work, end, done
+    def __init__(self, work, collective: str, nbytes: int, workers: int, link: EmulatedLink | None = None,
+                 log=None, step: int = 0, issued: float | None = None):
+        self.work, self.collective, self.nbytes, self.workers = work, collective, nbytes, workers
+        self.link, self.log, self.step = link, log, step
+        self.issued = time.perf_counter() if issued is None else issued
+        self.predicted = link.predict(collective, nbytes, workers) if link is not None else 0.0
+        self.end = link.occupy(self.issued, self.predicted) if link is not None else self.issued
+        self._done = False
 
-    def _finished(self):
-        EmulatedLink.wait_until(self._end)
-        if self._done is not None:
-            self._done()
-
-    def wait(self, timeout=None):
-        self._work.wait()
+    def wait(self, timeout=None) -> bool:
+        if self.work is not None:
+            self.work.wait()
         self._finished()
         return True
 
+    def _finished(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        left = self.end - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
+        if self.log is not None:
+            self.log.add(self.step, comm_s=time.perf_counter() - self.issued,
+                         wire_bytes=cost.wire_bytes(self.nbytes, self.workers, self.collective),
+                         predicted_comm_s=self.predicted, collectives=1, op=(self.collective, self.nbytes))
+
     def is_completed(self) -> bool:
-        return self._work.is_completed() and time.perf_counter() >= self._end
+        return (self.work is None or self.work.is_completed()) and time.perf_counter() >= self.end
 
     def get_future(self):
         def slow(fut):
             self._finished()
             return fut.value()
-        return self._work.get_future().then(slow)
+        return self.work.get_future().then(slow)
 
 
 class _DistProxy:
-    """Stands in for `torch.distributed` inside PyTorch's hook modules only: all_reduce goes
-    through the active link and log; everything else, and all other code, is untouched."""
+    """Stands in for `torch.distributed` inside PyTorch's hook modules while
+    `torch_hooks_through` lasts: all_reduce goes through the active route's link and log;
+    everything else, and all other code, is untouched."""
 
     def __init__(self, real):
         self._real = real
@@ -120,46 +123,48 @@ class _DistProxy:
         link, log, step = self.active
         issued = time.perf_counter()
         work = real.all_reduce(tensor, op=op, group=group, async_op=True)
-        workers = real.get_world_size(group)
         nbytes = tensor.numel() * tensor.element_size()
-        predicted = link.predict("allreduce", nbytes, workers) if link is not None else 0.0
-        end = link.occupy(issued, predicted) if link is not None else issued
         s = step()
-        done = None
         if log is not None:
-            log.add(s, payload_bytes=nbytes, wire_bytes=allreduce_wire_bytes(nbytes, workers),
-                    predicted_comm_s=predicted, collectives=1, op=("allreduce", nbytes))
-            done = lambda: log.add(s, comm_s=time.perf_counter() - issued)  # noqa: E731
-        slow = _SlowWork(work, end, done)
+            log.add(s, payload_bytes=nbytes)
+        pending = Pending(work, "allreduce", nbytes, real.get_world_size(group), link, log, s, issued)
         if async_op:
-            return slow
-        slow.wait()
+            return pending
+        pending.wait()
         return None
 
 
-_proxy: _DistProxy | None = None
-
-
-def torch_hook_proxy() -> _DistProxy:
-    """Install (once) the proxy as `dist` in PyTorch's default_hooks and powerSGD_hook."""
-    global _proxy
-    if _proxy is None:
-        import torch.distributed as dist
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
-        _proxy = _DistProxy(dist)
-        default_hooks.dist = _proxy
-        powerSGD_hook.dist = _proxy
-    return _proxy
+_patch = {"users": 0, "saved": None, "proxy": None}
+_patch_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def emulate_torch_collectives(link: EmulatedLink | None, log=None, step=lambda: 0):
-    """Inside the block, the all-reduces of PyTorch's own DDP hooks (fp16, bf16, PowerSGD)
-    go through `link` and are counted in `log` (a StatsLog): bytes, and the time from
-    issue until the result (and the link) is ready. Other code is not affected."""
-    proxy = torch_hook_proxy()
+def torch_hooks_through(link: EmulatedLink | None, log=None, step=lambda: 0):
+    """While the block lasts, the all-reduces of PyTorch's own DDP hooks (fp16, bf16,
+    PowerSGD) go through `link` and are counted in `log` (a StatsLog): bytes, and the time
+    from issue until the result (and the link) is ready. It puts a stand-in for
+    `torch.distributed` in their modules (`default_hooks.dist`, `powerSGD_hook.dist`) and
+    puts the real one back when the last such block ends; other code is not affected.
+    Yields the stand-in (its `active` route can be switched per model)."""
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+    with _patch_lock:
+        if _patch["users"] == 0:
+            _patch["saved"] = (default_hooks.dist, powerSGD_hook.dist)
+            _patch["proxy"] = proxy = _DistProxy(dist)
+            default_hooks.dist = powerSGD_hook.dist = proxy
+        _patch["users"] += 1
+        proxy = _patch["proxy"]
     before, proxy.active = proxy.active, (link, log, step)
     try:
         yield proxy
     finally:
         proxy.active = before
+        with _patch_lock:
+            _patch["users"] -= 1
+            if _patch["users"] == 0:
+                default_hooks.dist, powerSGD_hook.dist = _patch["saved"]
+                _patch["proxy"] = _patch["saved"] = None
+
+
+emulate_torch_collectives = torch_hooks_through      # the name it had

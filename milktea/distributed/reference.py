@@ -6,7 +6,7 @@ parameter's float32 ledger; send the k entries of largest magnitude (ties: the l
 position), in the gradient's dtype, and cross them out of the ledger; gather every rank's
 positions and values; write their mean into the bucket. Parameters under `min_size` are
 averaged as they are. milktea's hook gives the same bits through its fused and compiled
-paths (the fused-step contract, `Compressor.fast_paths`): the tests hold it to this file.
+paths (how `TopK.encode` and `Ledger.step` are written): the tests hold it to this file.
 
     state = TopKReference(ratio=0.01)
     ddp_model.register_comm_hook(state, topk_hook)

@@ -5,45 +5,32 @@
     handle.stats.last, handle.close()
 
 Every scheme goes through the same emulated link (milktea's via its communication layer,
-PyTorch's hooks via `emulate_torch_collectives`), so step times compare fairly.
+PyTorch's hooks via `torch_hooks_through`), so step times compare fairly.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 
-import torch
 
-from milktea.compressors import QSGD, Cast, Chain, PowerSGD, Quantize, RandomK, Sign, TernGrad, TopK
+from milktea.compressors import Sign, TopK
+from milktea.compressors.codec import library
 from milktea.distributed import hooks
-from milktea.distributed.link import EmulatedLink, torch_hook_proxy
+from milktea.distributed.link import EmulatedLink, torch_hooks_through
 from milktea.distributed.stats import StatsLog
 from milktea.i18n import N_
 from milktea.ledger import use_ledger
 
-# name: (label, compressor factory(ratio, rank), error feedback)
-MILKTEA = {
-    "dense": ("dense all-reduce", lambda r, k: None, False),
-    "topk": ("Top-{pct}+EF", lambda r, k: TopK(r), True),
-    "topk-approx": ("approx Top-{pct}+EF", lambda r, k: TopK(r, approximate=True), True),
-    "int8": ("int8", lambda r, k: Quantize(8), False),
-    "int4": ("int4 stochastic", lambda r, k: Quantize(4, stochastic=True), False),
-    "sign": ("Sign+EF", lambda r, k: Sign(), True),
-    "topk-int8": ("Top-{pct}+int8+EF", lambda r, k: Chain(TopK(r), Quantize(8)), True),
-    "powersgd": ("PowerSGD r{rank}+EF", lambda r, k: PowerSGD(k), True),
-    # one square matrix per bucket, as PyTorch's batched_powerSGD_hook
-    "powersgd-batched": ("PowerSGD r{rank} batched+EF", lambda r, k: PowerSGD(k, batched=True), True),
-    "randomk": ("Random-{pct}+EF", lambda r, k: RandomK(r), True),
-    "qsgd": ("QSGD-4", lambda r, k: QSGD(4), False),
-    "terngrad": ("TernGrad", lambda r, k: TernGrad(), False),
-    "fp16": ("fp16", lambda r, k: Cast(torch.float16), False),
-    "bf16": ("bf16", lambda r, k: Cast(torch.bfloat16), False),
+# name: (label, compressor factory(ratio, rank), error feedback): every library codec's own
+# schemes (its record's `schemes`), then the hook's policies over them
+MILKTEA = {name: scheme for record in library() for name, scheme in record.schemes.items()}
+MILKTEA.update({
     "auto": ("auto (approx Top-{pct}+EF where it pays)", lambda r, k: TopK(r, approximate=True), True),
     # biased schemes run as chapter 04 recommends: the momentum before the compressor
     # (the hook's momentum= option, distributed.momentum), the optimizer without momentum
     "topk-mc": ("approx Top-{pct}+EF, momentum corrected", lambda r, k: TopK(r, approximate=True), True),
     "sign-mc": ("Sign+EF, momentum corrected", lambda r, k: Sign(), True),
-}
+})
 MOMENTUM_CORRECTED = ("topk-mc", "sign-mc")
 # the labels as tables show them (milktea.tables.word looks them up with their numbers as {})
 _LABELS = (N_("approx Top-{}%+EF, momentum corrected"), N_("Sign+EF, momentum corrected"),
@@ -162,11 +149,15 @@ class Handle:
 
 class _TorchHookState:
     """Wraps one of PyTorch's hooks: routes its all-reduces through the link (see
-    emulate_torch_collectives), counts them, closes a step at the last bucket."""
+    torch_hooks_through, from its start until close()), counts them, closes a step at the
+    last bucket."""
 
     def __init__(self, hook, inner, log: StatsLog, link):
         self.hook, self.inner, self.log, self.link, self.step = hook, inner, log, link, 0
-        self.proxy = torch_hook_proxy()
+        # PyTorch's hook modules see the stand-in until close(); PowerSGD's second
+        # all-reduce is issued from a callback, after this object's __call__ has returned
+        self._route = torch_hooks_through(link, log, lambda: self.step)
+        self.proxy = self._route.__enter__()
 
     def __call__(self, bucket):
         # this model's buckets are all handed over before another model's step starts,
@@ -188,8 +179,11 @@ class _TorchHookState:
         return fut
 
     def close(self) -> None:
-        if self.proxy.active is not None and self.proxy.active[1] is self.log:
-            self.proxy.active = None
+        if self._route is not None:
+            if self.proxy.active is not None and self.proxy.active[1] is self.log:
+                self.proxy.active = None
+            self._route.__exit__(None, None, None)
+            self._route = None
 
 
 def _call(state, bucket):  # no annotations: DDP checks them

@@ -40,7 +40,7 @@ def index_costs(x: torch.Tensor, ratios=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3), bl
     n, norm2 = x.numel(), float(x.pow(2).sum())
     rows = []
     for r in ratios:
-        idx = TopK(r).select(x)
+        idx = TopK(r).select(x)[0]
         k = idx.numel()
         s = index_codec.sizes(idx, n)
         ids, flat = block_topk(x, r, block)
@@ -57,7 +57,7 @@ def index_costs(x: torch.Tensor, ratios=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3), bl
 def escapes(x: torch.Tensor, ratio: float) -> dict:
     """How often a 1-byte gap is not enough: Top-K positions of `x`, gaps >= 255 need escapes."""
     x = check_grad(x, "x").reshape(-1)
-    idx = TopK(ratio).select(x.float())
+    idx = TopK(ratio).select(x.float())[0]
     gaps = torch.diff(idx, prepend=torch.tensor([-1])) - 1
     return {"k": idx.numel(), "numel": x.numel(), "largest gap": int(gaps.max()),
             "gaps >= 255": int((gaps >= 255).sum()), "escape bytes": int((gaps // 255).sum()),

@@ -51,7 +51,7 @@ def selectors(k: int) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
         return torch.topk(x.abs(), k, sorted=False).indices
 
     def sampled(x):
-        return approx.select(x)
+        return approx.select(x)[0]
 
     return {"full sort": full_sort, "partition": partition, "torch.topk": topk, "sampled threshold": sampled}
 
@@ -179,7 +179,7 @@ def _describe(said) -> str:
 
 def _topk_indices(tensor: torch.Tensor, k: int) -> torch.Tensor:
     flat = tensor.reshape(-1)
-    return TopK(k=k).select(flat)
+    return TopK(k=k).select(flat)[0]
 
 
 def index_cost(tensor: torch.Tensor, densities=(0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3)) -> list[dict]:
@@ -276,7 +276,7 @@ def averaged_error(tensor: torch.Tensor, density: float, draws=(1, 4, 16, 64), s
     gen = torch.Generator().manual_seed(seed)
     norm = float(g.norm())
     top = torch.zeros_like(g)
-    keep = TopK(k=k).select(g)
+    keep = TopK(k=k).select(g)[0]
     top[keep] = g[keep]
     total, done, rand_err = torch.zeros_like(g), 0, []
     for d in draws:

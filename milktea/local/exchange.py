@@ -165,8 +165,7 @@ def _sender_state(s) -> dict:
 
 def _load_sender(s, state: dict) -> None:
     if isinstance(s, ErrorFeedback):
-        r = state["residual"]
-        s.residual = None if r is None else r.clone()
+        s.ledger.load_state_dict(state["residual"])
         s.steps = int(state["steps"])
         if isinstance(s, MomentumCorrected):
             v = state.get("velocity")

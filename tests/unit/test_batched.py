@@ -1,55 +1,46 @@
-"""The simulator's batched path is bit for bit the per-worker path."""
+"""One `encode` over W rows is bit for bit W workers' own calls: the same packets, the same
+ledgers. The simulator's one call per stream (`simulate(batched=True)`) and its one call
+per worker (`batched=False`) are the two sides of it."""
 import pytest
 import torch
 
-from milktea import ErrorFeedback, Quantize, RandomK, Sign, TopK
-from milktea.batched import batch_for, supported
+from milktea import QSGD, Chain, ErrorFeedback, Quantize, RandomK, Sign, TernGrad, TopK
+from milktea.ledger import Ledger
 from milktea.simulate import simulate
 from milktea.tasks import Digits
 
-BATCHED = [TopK(0.05), TopK(k=3, index="varint"), TopK(0.5), RandomK(0.1), Sign(), Quantize(8),
-           Quantize(4, chunk=100), Quantize(2, chunk=None)]
+ROWS = [TopK(0.05), TopK(k=3, index="varint"), TopK(0.5), TopK(0.05, approximate=True), RandomK(0.1), Sign(),
+        Quantize(8), Quantize(4, chunk=100), Quantize(2, chunk=None), Quantize(8, stochastic=True), QSGD(),
+        TernGrad(), Chain(TopK(0.1), Quantize(8, stochastic=True))]
 
 
 def _per_worker(senders, G):
     packets = [s.compress(g) for s, g in zip(senders, G)]
-    codec = senders[0].compressor if isinstance(senders[0], ErrorFeedback) else senders[0]
-    return codec.aggregate(packets), [p.nbytes for p in packets]
+    return [p.to_bytes() for p in packets]
 
 
-@pytest.mark.parametrize("comp", BATCHED, ids=repr)
+@pytest.mark.parametrize("comp", ROWS, ids=repr)
 @pytest.mark.parametrize("ef", [True, False])
-def test_one_call_equals_one_call_per_worker(comp, ef):
-    W, n = 6, 517
-    make = lambda: [ErrorFeedback(comp.fork(w)) if ef else comp.fork(w) for w in range(W)]  # noqa: E731
-    slow, fast = make(), make()
-    batch = batch_for(fast, (n,))
-    assert batch is not None
+@pytest.mark.parametrize("n", [517, 70_000])       # torch selection over the matrix; the compiled loops
+def test_one_call_equals_one_call_per_worker(comp, ef, n):
+    W = 5
+    workers = [ErrorFeedback(comp.fork(w, 3)) if ef else comp.fork(w, 3) for w in range(W)]
+    rows, ledger = comp.fork(0, 3), Ledger()
     g = torch.Generator().manual_seed(1)
     for step in range(4):
         G = torch.randn(W, n, generator=g)
         if step == 1:
             G = torch.randint(-3, 4, (W, n), generator=g).float()   # many ties at the k-th value
-        assert supported(G, batch)
-        want, want_sizes = _per_worker(slow, G)
-        got, sizes = batch(G.clone())
-        assert torch.equal(got, want) and sizes == want_sizes, step
+        want = _per_worker(workers, G)
+        got = ledger.step_rows(rows, G.clone()) if ef else rows.encode(G.clone())[0]
+        assert [p.to_bytes() for p in got] == want, step
         if ef:
-            for a, b in zip(slow, fast):
-                assert torch.equal(a.residual, b.residual) and a.steps == b.steps
+            for w, worker in enumerate(workers):
+                assert torch.equal(ledger.residual[w], worker.residual), (step, w)
 
 
-def test_what_is_not_batched():
-    from milktea import DGC, QSGD, Chain
-    for senders in ([TopK(0.1, approximate=True)] * 2, [Quantize(8, stochastic=True)] * 2, [QSGD()] * 2,
-                    [DGC(0.1)] * 2, [Chain(TopK(0.1), Quantize(8))] * 2, [Sign(nonfinite="zero")] * 2):
-        assert batch_for(senders, (10,)) is None
-    batch = batch_for([Sign(), Sign()], (10,))
-    assert not supported(torch.tensor([[1.0] * 9 + [float("nan")]] * 2), batch)
-    assert not supported(torch.ones(2, 10, dtype=torch.float64), batch)     # Sign computes in float32
-
-
-@pytest.mark.parametrize("comp", [TopK(0.01), RandomK(0.05), Sign(), Quantize(8), Quantize(4)], ids=repr)
+@pytest.mark.parametrize("comp", [TopK(0.01), RandomK(0.05), Sign(), Quantize(8), Quantize(4, stochastic=True),
+                                  TopK(0.05, approximate=True)], ids=repr)
 @pytest.mark.parametrize("ef", [True, False])
 def test_the_simulator_gives_the_same_run_either_way(comp, ef):
     run = dict(workers=7, steps=12, batch=16, error_feedback=ef, progress=False, device="cpu", eval_every=4)
@@ -68,11 +59,16 @@ def test_float64_topk():
 
 def test_large_k_takes_the_kthvalue_path_with_the_same_result():
     W, n = 3, 3001                          # k = 1500 > 1024: the k-th value comes from kthvalue
-    slow = [ErrorFeedback(TopK(0.5).fork(w)) for w in range(W)]
-    fast = [ErrorFeedback(TopK(0.5).fork(w)) for w in range(W)]
-    batch = batch_for(fast, (n,))
+    workers = [ErrorFeedback(TopK(0.5).fork(w)) for w in range(W)]
+    rows, ledger = TopK(0.5), Ledger()
     G = torch.randint(-5, 6, (W, n), generator=torch.Generator().manual_seed(0)).float()
-    want, want_sizes = _per_worker(slow, G)
-    got, sizes = batch(G.clone())
-    assert torch.equal(got, want) and sizes == want_sizes
-    assert all(torch.equal(a.residual, b.residual) for a, b in zip(slow, fast))
+    want = _per_worker(workers, G)
+    assert [p.to_bytes() for p in ledger.step_rows(rows, G.clone())] == want
+    assert all(torch.equal(ledger.residual[w], s.residual) for w, s in enumerate(workers))
+
+
+def test_a_nan_in_any_row_is_refused_as_one_worker_refuses_it():
+    G = torch.ones(3, 10)
+    G[2, 4] = float("nan")
+    with pytest.raises(ValueError, match="non-finite"):
+        Ledger().step_rows(Sign(), G)

@@ -1,5 +1,6 @@
-"""The codec ids belong to the wire format; the decoders to a registry at the bottom of
-`milktea.compressors`, which loads every library codec before anyone can register one.
+"""A library codec is one record, in its compressor's file, with a wire id fixed forever;
+the records sit in `milktea.compressors`, which loads every library codec before anyone can
+register one or read a packet.
 
 The bug this guards against: registering a codec of one's own with id 3 before the
 library's compressor modules had loaded made `import milktea.compressors` (and with it
@@ -39,38 +40,39 @@ def fresh_interpreter():
             setattr(milktea, attr, saved[f"milktea.{attr}"])
 
 
-def test_a_user_id_below_64_is_refused_before_and_after_the_library_loads(fresh_interpreter):
-    import milktea.packet as packet
-    assert "milktea.compressors" not in sys.modules
+#: the wire format's ids: packets from before decode the same, so these never change
+WIRE_IDS = {"dense": 0, "topk": 1, "randomk": 2, "quant": 3, "qsgd": 4, "terngrad": 5, "sign": 6, "cast": 7,
+            "powersgd": 8, "chain": 9}
+
+
+def test_reading_a_packet_loads_the_library_codecs_and_a_user_id_below_64_is_refused(fresh_interpreter):
+    import milktea.packet as packet            # the wire format's short name: it loads the codecs
+    p = packet.Packet.from_bytes(RAW)
+    assert p.codec == "topk" and p.shape == (3,)
+    from milktea.compressors import TopK, decode, register_codec    # what used to fail
     with pytest.raises(ValueError, match=r"ids 0 to 63 are the library's \(3 is 'quant'\); give 'mine' an id "
                                          r"from 64 to 255"):
-        packet.claim_id("mine", 3, expansion=1.0)
-    # the wire format reads the library's packets alone: their ids are its own table
-    p = packet.Packet.from_bytes(RAW)
-    assert p.codec == "topk" and p.shape == (3,) and "milktea.compressors" not in sys.modules
-    from milktea.compressors import TopK, decode, register_codec    # what used to fail
-    with pytest.raises(ValueError, match="library's"):
         register_codec("mine", 3, lambda packet, out=None: None, expansion=1.0)
     assert torch.equal(decode(p), torch.tensor([0.0, 2.0, 0.0]))
     assert TopK(k=1).compress(torch.ones(4)).codec == "topk"
 
 
-def test_importing_the_registry_loads_every_library_codec_first(fresh_interpreter):
-    from milktea.compressors.registry import get_codec      # imports its package first
-    for name in milktea.packet.LIBRARY_CODECS:
-        assert get_codec(name).id == milktea.packet.LIBRARY_CODECS[name].id
+def test_importing_the_records_loads_every_library_codec_first_with_its_fixed_id(fresh_interpreter):
+    from milktea.compressors.codec import library      # imports its package first
+    assert {c.name: c.id for c in library()} == WIRE_IDS
+    assert all(c.cls is not None and c.cls.codec == c.name for c in library())
 
 
 def test_a_user_codec_takes_a_free_id_and_names_are_checked():
     from milktea.compressors import get_codec, register_codec
-    from milktea.packet import FIRST_USER_ID, LIBRARY_CODECS, codec_id
+    from milktea.compressors.codec import FIRST_USER_ID, library, lookup
 
     def decode_nothing(packet, out=None):
         raise ValueError("never called")
-    assert all(c.id < FIRST_USER_ID for c in LIBRARY_CODECS.values())
+    assert all(c.id < FIRST_USER_ID for c in library())
     codec = register_codec("test-registry-user", 231, decode_nothing, expansion=2.0)
     assert codec.id == 231 and get_codec("test-registry-user") is codec
-    assert codec_id("test-registry-user").expansion == 2.0
+    assert lookup("test-registry-user").expansion == 2.0
     assert register_codec("test-registry-user", 231, decode_nothing, expansion=1.0).expansion == 1.0  # reloaded
     with pytest.raises(ValueError, match="one of the library's codecs"):
         register_codec("sign", 232, decode_nothing, expansion=1.0)

@@ -91,7 +91,7 @@ def test_the_protocol_is_registered_and_priced():
         use_compressed_allreduce("sign")
 
 
-@pytest.mark.parametrize("name", ["milktea.distributed.compressed_allreduce", "milktea.batched", "milktea.onebit"])
+@pytest.mark.parametrize("name", ["milktea.distributed.compressed_allreduce", "milktea.onebit"])
 def test_docstring_examples(name):
     import doctest
     import importlib

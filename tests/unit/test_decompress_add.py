@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from milktea import Quantize, TopK
-from milktea.compressors.wire import PIECE
+from milktea.kernels import TORCH_PIECE as PIECE
 
 from compressor_zoo import ZOO, make_input
 
@@ -67,7 +67,7 @@ def bits_of(t):
 @pytest.mark.parametrize("name", sorted(ZOO))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_mean_matches_decode_add_divide(name, dtype, numba, monkeypatch):
-    # decompress_mean may take a shortcut (sparse packets: one merge of the sorted index
+    # decode_mean may take a shortcut (sparse packets: one merge of the sorted index
     # lists, dividing only listed positions); whatever it does, its bits are those of
     # packet 0 decoded, the others added in order, then the whole divided by the count
     from milktea import kernels
@@ -87,7 +87,7 @@ def test_mean_matches_decode_add_divide(name, dtype, numba, monkeypatch):
         for p in packets[1:]:
             comp.decompress_add(p, want)
         want.div_(count)
-        got = comp.decompress_mean(packets, out=torch.full(x.shape, float("nan"), dtype=dtype))
+        got = comp.decode_mean(packets, out=torch.full(x.shape, float("nan"), dtype=dtype))
         assert torch.equal(bits_of(got), bits_of(want)), (name, count)
 
 
@@ -102,7 +102,7 @@ def test_mean_keeps_the_sign_of_a_zero_as_decode_then_add(numba, monkeypatch):
     a = comp.compress(torch.tensor([5.0, -0.0, 0.0, 0.0]))      # keeps 5 and the -0.0
     b = comp.compress(torch.tensor([0.0, 0.0, 9.0, 8.0]))
     for packets, sign in (([a, b], "-0.0"), ([b, a], "0.0")):
-        got = comp.decompress_mean(packets, out=torch.empty(4))
+        got = comp.decode_mean(packets, out=torch.empty(4))
         assert got.tolist()[::2] == [2.5, 4.5] and str(float(got[1])) == sign
 
 

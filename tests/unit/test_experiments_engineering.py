@@ -62,7 +62,7 @@ def test_index_costs_are_exact_sizes():
     x = torch.randn(20_000)
     rows = indexcost.index_costs(x, ratios=(0.01, 0.1), block=16)
     for r in rows:
-        idx = TopK(r["ratio"]).select(x)
+        idx = TopK(r["ratio"]).select(x)[0]
         s = index_codec.sizes(idx, x.numel())
         assert r["int32 B/entry"] == 4.0
         assert r["varint B/entry"] == pytest.approx(s["varint"] / idx.numel())

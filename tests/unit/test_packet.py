@@ -80,7 +80,7 @@ def test_repr_tells_the_story():
 # -- a compressor defined outside the library registers its own codec ------------------
 from milktea.compressors import Compressor, decode_add, get_codec, register_codec  # noqa: E402
 from milktea.compressors.wire import expect_layout, expect_nbytes, from_bytes, output, to_bytes  # noqa: E402
-from milktea.packet import CODECS  # noqa: E402
+from milktea.compressors.codec import lookup  # noqa: E402
 
 
 class Halves(Compressor):
@@ -106,7 +106,7 @@ def test_a_users_compressor_registers_its_codec():
     x = torch.tensor([1.0, -3.0, 0.5])
     p = Halves().compress(x)
     q = Packet.from_bytes(p.to_bytes())
-    assert q.codec == "test-halves" and CODECS["test-halves"] == 200
+    assert q.codec == "test-halves" and lookup("test-halves").id == 200
     assert torch.equal(milktea.decode(q), x) and torch.equal(Halves().decompress(q), x)
     assert torch.equal(decode_add(q, torch.ones(3), alpha=-1.0), 1 - x)     # generic path
     ef = milktea.ErrorFeedback(Halves())
@@ -118,7 +118,7 @@ def test_a_users_compressor_registers_its_codec():
 
 def test_registry_refuses_clashes_and_names_known_codecs():
     with pytest.raises(ValueError, match="taken by 'test-halves'"):
-        register_codec("mine", CODECS["test-halves"], _decode_halves, expansion=1)
+        register_codec("mine", lookup("test-halves").id, _decode_halves, expansion=1)
     with pytest.raises(ValueError, match="already has id"):
         register_codec("test-halves", 202, _decode_halves, expansion=1)
     with pytest.raises(ValueError, match="one of the library's codecs"):
@@ -133,16 +133,30 @@ def test_registry_refuses_clashes_and_names_known_codecs():
 
 
 @pytest.mark.parametrize("codec", ["int8", "sign", "topk"])
-def test_write_into_moves_parts_carved_from_the_same_buffer(codec):
-    """Packet.write_into gives to_tensor's bytes when the parts lie further on in the very
-    buffer written (where the DDP hook carves int8 codes and sign bits: milktea.arena)."""
-    from milktea import Quantize, Sign, TopK, arena
+def test_a_lent_buffer_takes_the_first_part_where_a_codec_makes_one(codec):
+    """`encode(..., into=buf)`: int8 codes and sign bits are made in the buffer the DDP hook
+    lends (its send buffer), from its start; the packet is the same bytes either way."""
+    from milktea import Quantize, Sign, TopK
     c = {"int8": Quantize(8), "sign": Sign(), "topk": TopK(0.01)}[codec]
     x = torch.randn(1 << 17)
     buf = torch.zeros(1 << 19, dtype=torch.uint8)
-    with arena.parts_into(buf[256:]):
-        p = c.compress(x)
-    assert (p.parts[0].data_ptr() == buf.data_ptr() + 256) == (codec != "topk")    # codes, bits: carved
-    want = c.compress(x).to_tensor()
-    assert torch.equal(p.write_into(buf[: p.nbytes]), want)
-    assert torch.equal(buf[: p.nbytes], want)
+    p = c.encode(x.unsqueeze(0), into=buf[256:])[0][0]
+    assert (p.parts[0].data_ptr() == buf.data_ptr() + 256) == (codec != "topk")    # codes, bits: in place
+    assert p.to_bytes() == c.compress(x).to_bytes()
+
+
+def test_read_takes_headers_and_parts_from_different_places():
+    """The DDP hook lays a rank's packets out as their parts, then their headers (which reach
+    the host together): `read` parses each header once, its parts views of the payload."""
+    from milktea import Sign, TopK
+    from milktea.compressors.packet import read
+    packets = [TopK(0.1).compress(torch.randn(100)), Sign().compress(torch.randn(50))]
+    heads = b"".join(p.header() for p in packets)
+    body = torch.cat([q for p in packets for q in p.parts])
+    at = off = 0
+    for p in packets:
+        q, at, off = read(heads, at, body, off)
+        assert q == p and q.nbytes == p.nbytes and q.parts[0].data_ptr() >= body.data_ptr()
+    assert at == len(heads) and off == body.numel()
+    with pytest.raises(ValueError, match="truncated packet"):
+        read(heads, 0, body[:10], 0)

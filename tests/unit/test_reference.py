@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from milktea import Chain, Quantize, TopK, kernels, trace
+from milktea.compressors.sparse import Sparsifier, sparse_packet
 from milktea.distributed import protocols
 from milktea.distributed.reference import mean_of, topk_step
 
@@ -25,10 +26,12 @@ def _hook_round(protos, grads):
     """One bucket of one parameter through every rank's AllGather protocol, rank by rank:
     encode, the all-gather's result, decode. Returns each rank's averaged gradient."""
     items = [[protocols.Item("w", g.clone())] for g in grads]
-    sent = [p.encode(it) for p, it in zip(protos, items)]
-    parts = [payload for payload, _ in sent]
-    for p, it, (_, cleared) in zip(protos, items, sent):
-        p.decode(it, parts, cleared)
+    sent = [p.encode(it, None) for p, it in zip(protos, items)]
+    parts = [payload for payload, _, _ in sent]
+    heads = [payload[payload.numel() - tail:].numpy() for payload, tail, _ in sent]
+    for p, it, (_, _, cleared) in zip(protos, items, sent):
+        assert cleared == {"w"}          # the path under test: the gradient zeroed, then the mean on it
+        p.decode(it, parts, heads, cleared)
     return [it[0].tensor for it in items]
 
 
@@ -39,7 +42,6 @@ def test_the_hooks_top_k_is_the_reference_bit_for_bit(path, dtype, n):
     protos = [protocols.get("allgather")(TopK(ratio), error_feedback=True, rank=r, world=world)
               for r in range(world)]
     ledgers = [torch.zeros(n) for _ in range(world)]
-    assert "clears_gradient" in TopK.fast_paths          # the path under test: zeroed, then the mean on it
     gen = torch.Generator().manual_seed(0)
     for _ in range(3):
         grads = [torch.randn(n, generator=gen).to(dtype) for _ in range(world)]
@@ -73,28 +75,35 @@ def test_the_debug_trace_says_which_path_ran(monkeypatch, path):
     proto = protocols.get("allgather")(TopK(0.01), error_feedback=True, rank=0, world=1)
     item = protocols.Item("fc.weight", torch.randn(100_000))
     with trace.bucket("allgather", 7, 0, out=out):
-        payload, cleared = proto.encode([item])
-        proto.decode([item], [payload], cleared)
+        payload, tail, cleared = proto.encode([item], None)
+        proto.decode([item], [payload], [payload[payload.numel() - tail:].numpy()], cleared)
     line = out.getvalue()
     assert line.startswith("milktea: rank 0 step 7 allgather 1 tensor,"), line
     assert "fc.weight 100000 topk-1% fused add and clear" in line
     assert f", {path}, index " in line and "mean onto the zeroed gradient" in line
-    assert f"{payload.numel() / 1e3:.1f} kB" in line                       # the bytes on the wire
-    # a compressor whose selection is its own takes the generic add: the trace says so
+    assert f"{(payload.numel() - tail) / 1e3:.1f} kB" in line     # the packet's bytes, header aside
+    # a compressor whose selection is its own adds the gradient first: the trace says so
     out = io.StringIO()
 
-    class Every(TopK):
-        def select(self, flat):
-            return torch.arange(0, flat.numel(), 100)
+    class Every(Sparsifier):
+        codec = "topk"
+
+        def select(self, flat, row=0):
+            return torch.arange(0, flat.numel(), 100), None
+
+        def _packet(self, t, idx, vals):
+            return sparse_packet(t, idx, t.reshape(-1)[idx])
     proto = protocols.get("allgather")(Every(0.01), error_feedback=True, rank=0, world=1)
+    item = protocols.Item("w", torch.randn(100_000))
     with trace.bucket("allgather", 8, 0, out=out):
-        proto.encode([protocols.Item("w", torch.randn(100_000))])
-    assert "exact step" in out.getvalue() and "fused" not in out.getvalue()
+        proto.encode([item], None)
+    assert "add, then encode" in out.getvalue() and "fused" not in out.getvalue()
+    assert float(item.tensor.abs().max()) == 0                       # cleared as it went in
 
 
 def test_tracing_is_silent_when_off(capsys):
     assert not trace.ENABLED or pytest.skip("MILKTEA_DEBUG is set in this environment")
     proto = protocols.get("allgather")(TopK(0.01), error_feedback=True, rank=0, world=1)
     with trace.bucket("allgather", 0, 0):
-        proto.encode([protocols.Item("w", torch.randn(1000))])
+        proto.encode([protocols.Item("w", torch.randn(1000))], None)
     assert capsys.readouterr().err == ""

@@ -4,7 +4,10 @@ import pytest
 import torch
 
 from milktea import TopK, kernels
-from milktea.compressors.select import _kth_largest_sorted_indices, select_topk
+from milktea.compressors.registry import decode_add
+from milktea.compressors.select import kth_largest_sorted_indices, select_topk
+from milktea.compressors.sparse import Sparsifier, sparse_packet
+from milktea.ledger import Ledger
 
 
 def _numba_or_skip():
@@ -23,7 +26,7 @@ def path(request, monkeypatch):
 
 
 def _reference(x, k):
-    return _kth_largest_sorted_indices(x.abs(), k)
+    return kth_largest_sorted_indices(x.abs(), k)
 
 
 @pytest.mark.parametrize("n, k", [(40_000, 1), (40_000, 400), (337_000, 3_370), (2_000_000, 20_000),
@@ -73,6 +76,25 @@ def test_ties_go_to_the_lowest_position_and_nan_counts_as_largest():
     assert torch.equal(top, _reference(y, 1_000))
 
 
+def own_step(comp, r, grad, clear=False):
+    """A ledger step as the DDP hook takes it: the compressor's own encode (Top-K and Sign
+    add the gradient in their own pass), `r` updated in place."""
+    ledger = Ledger(check_first=False)
+    ledger.load_state_dict(r)
+    p = ledger.step(comp, grad, clear_grad=clear)
+    r.copy_(ledger.residual)
+    return p
+
+
+def generic_step(comp, r, grad):
+    """Error feedback's definition: r += grad; the packet of r (one row, `_compress`);
+    r -= what it decodes to."""
+    r.add_(grad)
+    p = comp._compress(r)
+    decode_add(p, r, -1.0)
+    return p
+
+
 @pytest.mark.parametrize("approximate", [False, True])
 def test_fused_ledger_update_sends_and_keeps_what_the_plain_one_does(approximate, path):
     g = torch.Generator().manual_seed(1)
@@ -81,9 +103,8 @@ def test_fused_ledger_update_sends_and_keeps_what_the_plain_one_does(approximate
         r0, grad = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
         plain, fused = TopK(0.01, approximate=approximate), TopK(0.01, approximate=approximate)
         r1, r2 = r0.clone(), r0.clone()
-        r1.add_(grad)
-        p1 = plain.compress_with_feedback(r1)
-        p2 = fused.compress_with_feedback(r2, grad=grad)
+        p1 = generic_step(plain, r1, grad)
+        p2 = own_step(fused, r2, grad)
         assert p1.to_bytes() == p2.to_bytes(), shape
         assert torch.equal(r1, r2), shape
 
@@ -99,22 +120,21 @@ def test_clear_grad_zeroes_the_gradient_and_changes_nothing_else(name, path):
     for shape in [(600, 500), (70_000,), (3, 4)]:
         r0, grad = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
         r1, r2, g2 = r0.clone(), r0.clone(), grad.clone()
-        p1 = make().compress_with_feedback(r1, grad=grad)
-        p2 = make().compress_with_feedback(r2, grad=g2, clear_grad=True)
+        p1 = own_step(make(), r1, grad)
+        p2 = own_step(make(), r2, g2, clear=True)
         assert p1.to_bytes() == p2.to_bytes() and torch.equal(r1, r2), shape
         assert torch.equal(g2, torch.zeros(shape)), shape
         # the mean written onto the cleared gradient is the mean written onto anything
         out = torch.full(shape, 7.0)
-        make().decompress_mean([p1, p2], out=out)
-        assert torch.equal(make().decompress_mean([p1, p2], out=g2, zeroed=True), out)
+        make().decode_mean([p1, p2], out=out)
+        assert torch.equal(make().decode_mean([p1, p2], out=g2, zeroed=True), out)
 
 
 @pytest.mark.parametrize("name", ["topk+int8", "topk+sign", "approx+int4", "randomk+int8"])
 def test_a_chains_own_feedback_step_matches_the_generic_one(name, path):
-    # Chain's step goes through its first stage's (fused) step and puts the second stage's
-    # rounding back in the ledger: the packet and the ledger of the generic step, bit for bit
+    # Chain's step goes through its first stage's (fused) encode and leaves the second
+    # stage's rounding in the ledger: the packet and the ledger of the generic step, bit for bit
     from milktea import Chain, Quantize, RandomK, Sign
-    from milktea.compressors.base import Compressor
     make = {"topk+int8": lambda: Chain(TopK(0.01), Quantize(bits=8)),
             "topk+sign": lambda: Chain(TopK(0.01), Sign()),
             "approx+int4": lambda: Chain(TopK(0.01, approximate=True), Quantize(bits=4, chunk=64)),
@@ -125,18 +145,17 @@ def test_a_chains_own_feedback_step_matches_the_generic_one(name, path):
         r1, r2, g2 = r0.clone(), r0.clone(), grad.clone()
         generic, own = make(), make()
         for _ in range(2):     # twice: the second step starts from a ledger with rounding in it
-            p1 = Compressor.compress_with_feedback(generic, r1, grad=grad)
-            p2 = own.compress_with_feedback(r2, grad=g2)
+            p1 = generic_step(generic, r1, grad)
+            p2 = own_step(own, r2, g2)
             assert p1.to_bytes() == p2.to_bytes(), shape
             assert torch.equal(r1.view(torch.int32), r2.view(torch.int32)), shape
-        p3 = own.compress_with_feedback(r2, grad=g2, clear_grad=True)
+        p3 = own_step(own, r2, g2, clear=True)
         assert torch.equal(g2, torch.zeros(shape)) and p3.shape == tuple(shape)
 
 
 def test_signs_own_feedback_step_matches_the_generic_one(path):
     # Sign adds the gradient and packs in one pass: the generic step's packet and ledger
     from milktea import Sign
-    from milktea.compressors.base import Compressor
     g = torch.Generator().manual_seed(7)
     for shape in [(600, 500), (70_001,), (3, 4)]:
         r0, grad = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
@@ -144,33 +163,35 @@ def test_signs_own_feedback_step_matches_the_generic_one(path):
         r0.view(-1)[:5] = torch.tensor([0.0, -0.0, 1.0, -1.0, 0.0])    # zero sums of both signs
         r1, r2, g2 = r0.clone(), r0.clone(), grad.clone()
         for _ in range(2):
-            p1 = Compressor.compress_with_feedback(Sign(), r1, grad=grad)
-            p2 = Sign().compress_with_feedback(r2, grad=g2)
+            p1 = generic_step(Sign(), r1, grad)
+            p2 = own_step(Sign(), r2, g2)
             assert p1.to_bytes() == p2.to_bytes(), shape
             assert torch.equal(r1.view(torch.int32), r2.view(torch.int32)), shape
-        Sign().compress_with_feedback(r2, grad=g2, clear_grad=True)
+        own_step(Sign(), r2, g2, clear=True)
         assert torch.equal(g2, torch.zeros(shape))
     if path == "numba":     # a NaN or an overflow raises, as Top-K's fused step does
-        from milktea import Sign
         r, bad = torch.zeros(100_000), torch.randn(100_000)
         bad[77_777] = float("nan")
         with pytest.raises(ValueError, match="non-finite"):
-            Sign().compress_with_feedback(r, grad=bad)
+            own_step(Sign(), r, bad)
         with pytest.raises(ValueError, match="non-finite"):
-            Sign().compress_with_feedback(torch.full((100_000,), 3e38), grad=torch.full((100_000,), 3e38))
+            own_step(Sign(), torch.full((100_000,), 3e38), torch.full((100_000,), 3e38))
 
 
-def test_a_subclass_with_its_own_selection_still_gets_the_gradient_added():
-    # a Top-K subclass that chooses its own positions (the public `select`) loses the fused
-    # add (its selection does not add the gradient): the gradient is added to the ledger
-    # first, then cleared when asked; nothing is lost
-    class EveryTenth(TopK):
-        def select(self, flat):
-            return torch.arange(0, flat.numel(), 10)
-    assert "fused_add" not in EveryTenth.fast_paths and "exact_step" in EveryTenth.fast_paths
+def test_a_sparsifier_with_its_own_selection_gets_the_gradient_added():
+    # a sparsifier that chooses its own positions (its `select`) is handed the ledger with
+    # the gradient in it, cleared when asked; nothing is lost
+    class EveryTenth(Sparsifier):
+        codec = "topk"
+
+        def select(self, flat, row=0):
+            return torch.arange(0, flat.numel(), 10), None
+
+        def _packet(self, t, idx, vals):
+            return sparse_packet(t, idx, t.reshape(-1)[idx])
     grad = torch.randn(100_000, generator=torch.Generator().manual_seed(8))
     r, g = torch.zeros(100_000), grad.clone()
-    p = EveryTenth(0.1).compress_with_feedback(r, grad=g, clear_grad=True)
+    p = own_step(EveryTenth(0.1), r, g, clear=True)
     assert torch.equal(g, torch.zeros(100_000))
     assert torch.equal(r + EveryTenth(0.1).decompress(p), grad)     # sent + kept = the gradient
 
@@ -180,11 +201,11 @@ def test_fused_ledger_update_refuses_a_nan_gradient():
         r, grad = torch.zeros(n), torch.randn(n)
         grad[n // 3] = float("nan")
         with pytest.raises(ValueError, match="non-finite gradient: 1 of the"):
-            TopK(0.01).compress_with_feedback(r, grad=grad)
+            own_step(TopK(0.01), r, grad)
     r, grad = torch.zeros(1_000), torch.randn(1_000)
     grad[0] = float("inf")
     with pytest.raises(ValueError, match="non-finite"):
-        TopK(0.01).compress_with_feedback(r, grad=grad)
+        own_step(TopK(0.01), r, grad)
     assert torch.equal(r, torch.zeros(1_000))          # the plain path leaves the ledger alone
 
 
@@ -193,19 +214,17 @@ def test_a_ledger_that_overflows_is_refused_too():
     r = torch.full((200_000,), 3e38)
     grad = torch.full((200_000,), 3e38)
     with pytest.raises(ValueError, match="non-finite"):
-        TopK(0.01).compress_with_feedback(r, grad=grad)
+        own_step(TopK(0.01), r, grad)
 
 
-def test_other_compressors_add_the_gradient_through_the_public_api():
+def test_other_compressors_add_the_gradient_through_the_same_step():
     from milktea import Quantize
     r, grad = torch.zeros(10), torch.arange(10.0)
     q = Quantize(bits=8)
-    p = q.compress_with_feedback(r, grad=grad)
+    p = own_step(q, r, grad)
     assert torch.allclose(q.decompress(p) + r, grad)
     with pytest.raises(ValueError, match="non-finite"):
-        q.compress_with_feedback(torch.zeros(3), grad=torch.tensor([0.0, float("nan"), 1.0]))
-
-
+        own_step(q, torch.zeros(3), torch.tensor([0.0, float("nan"), 1.0]))
 
 
 def test_numba_index_sizes_and_kth_match_torch(monkeypatch):

@@ -148,10 +148,10 @@ class Spy(TopK):
     """Top-K that writes down every packet it makes (shared by the per-worker copies)."""
     seen: list = []
 
-    def _compress(self, t):
-        packet = super()._compress(t)
-        Spy.seen.append(len(packet.to_bytes()))
-        return packet
+    def encode(self, rows, **options):
+        packets, sent = super().encode(rows, **options)
+        Spy.seen.extend(len(p.to_bytes()) for p in packets)
+        return packets, sent
 
 
 @pytest.mark.parametrize("per_layer", [False, True])

@@ -65,7 +65,7 @@ def test_stochastic_paths_are_bit_identical(name, chunk, which, monkeypatch):
     for alpha in (1.0, -1.0):
         c, d = _both_paths(lambda a=alpha: comp.decompress_add(fast, base.clone(), a), monkeypatch)
         assert torch.equal(c, d)
-    m1, m2 = _both_paths(lambda: comp.decompress_mean([fast, slow], torch.empty(x.numel())), monkeypatch)
+    m1, m2 = _both_paths(lambda: comp.decode_mean([fast, slow], torch.empty(x.numel())), monkeypatch)
     assert torch.equal(m1, m2)
 
 

@@ -6,84 +6,90 @@ import time
 
 import torch
 
-from milktea import arena, cost, trace
-from milktea.packet import Packet
+from milktea import cost, trace
+from milktea.checks import check_grad
+from milktea.compressors.codec import lookup
+from milktea.compressors.packet import read
+from milktea.compressors.registry import decode_mean
 
 from .base import Protocol, log, register
-
-#: Bytes left before the room lent for a packet's parts: its header goes there (a few dozen)
-HEAD_ROOM = 256
 
 
 class AllGather(Protocol):
     """Packets that differ per rank (Top-K, quantizers, Sign, Chain).
 
-    Hot path, per bucket: each item is compressed on its own (with error feedback: the
-    gradient added to its ledger, which Top-K fuses with its selection's first pass over
-    memory, zeroing the gradient in the same pass where the mean will land on zeros);
-    the packets are laid end to end as one byte string per rank and
-    all-gathered (sizes first); then each item is overwritten by the mean of the ranks'
-    decoded packets (`decompress_mean`: rank 0's decoded, the others added in rank order,
-    divided by N; a sparse packet's mean divides only the entries it touched). Nothing is
-    re-quantized on the way, so every rank gets exactly mean_r decode(packet_r).
+    Hot path, per bucket: each item is encoded on its own (with error feedback,
+    `Ledger.step`: the gradient added to its ledger, which Top-K does in its selection's
+    first pass over memory, zeroing the gradient in the same pass where the mean will land
+    on zeros); this rank's packets are laid out as one byte string, their parts first,
+    written into the send buffer the `Comm` keeps (int8 codes and sign bits are made
+    there: `encode`'s `into`), then their headers; all-gathered (sizes first); then each
+    item is overwritten by the mean of the ranks' packets (`decode_mean`: rank 0's
+    decoded, the others added in rank order, divided by N; a sparse packet's mean divides
+    only the entries it touched). Nothing is re-quantized on the way, so every rank gets
+    exactly mean_r decode(packet_r).
     """
     collective = "allgather"
 
     def run(self, comm, items, step):
         with trace.bucket("allgather", step, self.rank):
             t0 = time.perf_counter()
-            payload, cleared = self.encode(items, comm)
+            payload, tail, cleared = self.encode(items, comm)
             log(comm, step, compress_s=time.perf_counter() - t0, payload_bytes=payload.numel())
-            parts = comm.all_gather_bytes(payload, step)
+            parts, heads = comm.all_gather_tailed(payload, tail, step)
             t0 = time.perf_counter()
-            self.decode(items, parts, cleared)
+            self.decode(items, parts, heads, cleared)
             log(comm, step, decode_s=time.perf_counter() - t0)
 
-    def encode(self, items, comm=None) -> tuple[torch.Tensor, set]:
-        """This rank's packets for the items, end to end as one byte string; and the names
-        of the items whose gradient was zeroed on its way into the ledger.
-
-        With a `comm` that keeps one, the string is written into the send buffer it keeps (`Comm.send_buffer`),
-        and a compressor's large byte parts are carved from that buffer's free room
-        (`milktea.arena`), then moved into place: a step allocates no copy of a packet."""
+    def encode(self, items, comm) -> tuple[torch.Tensor, int, set]:
+        """This rank's packets for the items as one byte string in `comm`'s send buffer:
+        every packet's parts, then every packet's header (their length: the second value);
+        and the names of the items whose gradient was zeroed on its way into the ledger."""
         dev = items[0].tensor.device
-        send_buffer = getattr(comm, "send_buffer", None)      # a Comm's; a stand-in may have none
-        buf = send_buffer(0, device=dev) if send_buffer is not None else None
-        wire, cleared, end = [], set(), 0
+        grow = getattr(comm, "send_buffer", None) or _Grown(dev)     # a stand-in Comm may keep none
+        buf = grow(0, device=dev)
+        heads, cleared, end = [], set(), 0
+        # packets that list their positions: the gradient is zeroed as it enters the ledger,
+        # and the mean lands on those zeros (one pass over the bucket less)
+        clear = lookup(self.compressor.codec).sparse is not None
         for it in items:
             c = self.coder(it.name)
             if trace.ENABLED:
                 trace.begin(it.name, it.tensor, c)
-            room = buf[end + HEAD_ROOM:] if buf is not None and buf.numel() > end + HEAD_ROOM else None
-            with arena.parts_into(room):
-                if self.error_feedback and it.used:   # ledger += gradient, sent, crossed out
-                    # "clears_gradient": the gradient is zeroed as it enters the ledger, and the
-                    # mean of the packets lands on those zeros (one pass over the bucket less)
-                    clear = "clears_gradient" in c.fast_paths
-                    packet = self.ledger(it.name).step(c, it.tensor, clear_grad=clear)
-                    if clear:
-                        cleared.add(it.name)
-                else:   # no ledger, or no gradient here: the ledger waits, a zero gradient is sent
-                    packet = c.compress(it.tensor)
+            room = buf[end:]
+            if self.error_feedback and it.used:    # ledger += gradient, sent, crossed out
+                packet = self.ledger(it.name).step(c, it.tensor, clear_grad=clear, into=room)
+                if clear:
+                    cleared.add(it.name)
+            else:   # no ledger, or no gradient here: the ledger waits, a zero gradient is sent
+                x = check_grad(it.tensor, "gradient", c.nonfinite)
+                with torch.no_grad():
+                    packet = c.encode(x.unsqueeze(0), into=room)[0][0]
             if trace.ENABLED:
                 trace.end(packet)
-            if buf is None:
-                wire.append(packet.to_tensor())
-                continue
-            buf = send_buffer(end + packet.nbytes, keep=end, device=dev)
-            packet.write_into(buf[end: end + packet.nbytes])
-            end += packet.nbytes
-        return (buf[:end] if buf is not None else torch.cat(wire)), cleared
+            size = packet.nbytes - packet.header_nbytes
+            buf = grow(end + size, keep=end, device=dev)
+            for part in packet.parts:
+                n = part.numel()
+                if part.data_ptr() != buf.data_ptr() + end or part.device != dev:
+                    buf[end: end + n].copy_(part)     # else made in place (int8 codes, sign bits)
+                end += n
+            heads.append(packet.header())
+        head = b"".join(heads)
+        buf = grow(end + len(head), keep=end, device=dev)
+        buf[end: end + len(head)].copy_(torch.frombuffer(bytearray(head), dtype=torch.uint8))
+        return buf[: end + len(head)], len(head), cleared
 
-    def decode(self, items, parts, cleared=frozenset()) -> None:
-        """Overwrite each item with the mean of the ranks' packets for it (parts[r]: rank
-        r's byte string, its packets in the items' order)."""
-        offsets = [0] * len(parts)
+    def decode(self, items, parts, heads, cleared=frozenset()) -> None:
+        """Overwrite each item with the mean of the ranks' packets for it (parts[r]: rank r's
+        byte string; heads[r]: its headers, on the host; the packets in the items' order)."""
+        bodies = [p[: p.numel() - len(h)] for p, h in zip(parts, heads)]
+        at = [0] * len(parts)            # where rank r's next header starts in heads[r]
+        off = [0] * len(parts)           # where its next parts start in bodies[r]
         for it in items:
             packets = []
-            for r, part in enumerate(parts):
-                packet = Packet.from_tensor(part[offsets[r]:])
-                offsets[r] += packet.nbytes
+            for r, body in enumerate(bodies):
+                packet, at[r], off[r] = read(heads[r], at[r], body, off[r])
                 if packet.shape != tuple(it.tensor.shape):
                     raise ValueError(f"rank {r} sent a packet of shape {packet.shape} for {it.name}, "
                                      f"which has shape {tuple(it.tensor.shape)}")
@@ -91,7 +97,7 @@ class AllGather(Protocol):
             zeroed = it.name in cleared
             if trace.ENABLED:
                 trace.then("mean onto the zeroed gradient" if zeroed else "mean written over the gradient")
-            self.coders[it.name].decompress_mean(packets, out=it.tensor, zeroed=zeroed)
+            decode_mean(packets, it.tensor, zeroed)
 
     def probe(self, tensors, link):
         c, N = copy.deepcopy(self.compressor), self.world
@@ -106,6 +112,20 @@ class AllGather(Protocol):
         t2 = time.perf_counter()
         nbytes = sum(p.nbytes for p in packets)
         return (t1 - t0) + (t2 - t1), cost.allgather_time(8, N, link) + cost.allgather_time(nbytes, N, link)
+
+
+class _Grown:
+    """A send buffer for one call, where the communicator keeps none (see Comm.send_buffer)."""
+
+    def __init__(self, device):
+        self.buf = torch.empty(0, dtype=torch.uint8, device=device)
+
+    def __call__(self, nbytes, keep=0, device=None):
+        if self.buf.numel() < nbytes:
+            new = torch.empty(max(nbytes, 2 * self.buf.numel()), dtype=torch.uint8, device=self.buf.device)
+            new[:keep].copy_(self.buf[:keep])
+            self.buf = new
+        return self.buf
 
 
 register("allgather", AllGather)

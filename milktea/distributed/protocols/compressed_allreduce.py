@@ -8,8 +8,8 @@ import time
 import torch
 
 from milktea import cost, trace
-from milktea.distributed.compressed_allreduce import PROTOCOL, CompressedAllReduce, all_to_all_bytes
-from milktea.packet import Packet
+from milktea.compressors.packet import Packet
+from milktea.distributed.compressed_allreduce import PROTOCOL, CompressedAllReduce
 
 from .base import Protocol, log, register, stream_of
 
@@ -44,7 +44,7 @@ class CompressedAllReduceProtocol(Protocol):
         sent = [self.car(it.name).encode(it.tensor) for it in items]
         payloads = [torch.cat([s[j].to_tensor() for s in sent]) for j in range(N)]
         log(comm, step, compress_s=time.perf_counter() - t0, payload_bytes=sum(p.nbytes for s in sent for p in s))
-        got = all_to_all_bytes(comm, payloads, step)
+        got = comm.all_to_all_bytes(payloads, step)
         t0 = time.perf_counter()
         offsets = [0] * N
         reduced = [self.car(it.name).reduce(_next_packets(got, offsets)) for it in items]

@@ -8,12 +8,13 @@ import time
 import torch
 
 from milktea import cost, trace
+from milktea.kernels import TORCH_PIECE
 
 from .base import Protocol, log, register
 
 #: entries of P Q^T formed at a time (~1 MB, stays in cache): the whole rank-r product at
 #: once runs 2-3x slower on a wide matrix (5028 x 5028: 31 ms against 9 ms in 1 MB blocks)
-CHUNK = 1 << 18
+CHUNK = TORCH_PIECE
 
 
 def rank_r_product(p: torch.Tensor, qt: torch.Tensor, out: torch.Tensor, alpha: float | None = None,
@@ -62,20 +63,17 @@ class LowRank(Protocol):
 
     def _matrix(self, it, v):
         """The matrix to compress: under error feedback the ledger itself, after
-        ledger += gradient (so the ledger's update later is one in-place pass), else a
-        float32 copy of the gradient. A copy even of a float32 bucket: a BLAS product's
-        bits depend on where its operand starts in memory (on one CPU, M Q with a warm-start
-        Q differs in the last bits when M starts 4 bytes off a 16-byte boundary), and DDP
-        puts a parameter at another offset after it rebuilds its buckets, or in a resumed
-        process; the ledger and a copy are allocations of their own, aligned alike."""
+        `Ledger.add` (ledger += gradient; so the ledger's update later is one in-place
+        pass, `Ledger.subtract_product`), else a float32 copy of the gradient. A copy even
+        of a float32 bucket: a BLAS product's bits depend on where its operand starts in
+        memory (on one CPU, M Q with a warm-start Q differs in the last bits when M starts 4
+        bytes off a 16-byte boundary), and DDP puts a parameter at another offset after it
+        rebuilds its buckets, or in a resumed process; the ledger and a copy are allocations
+        of their own, aligned alike."""
         if not (self.error_feedback and it.used):
             return v.to(torch.float32, copy=True)
-        led = self.ledger(it.name)
-        if led.residual is None:
-            led.residual = v.to(torch.float32, copy=True)
-        else:
-            led.residual.add_(v)
-        return led.residual
+        m = self.ledger(it.name).add(v)
+        return m if m.dtype == torch.float32 else m.float()
 
     def _run(self, comm, items, step):
         t0 = time.perf_counter()
@@ -99,7 +97,7 @@ class LowRank(Protocol):
         for it, m, p, qt in zip(items, mats, ps, qts):
             qs.append(self.coders[it.name].finish(m, p, out=qt))     # Q^T = P^T M, into the message
             if self.error_feedback and it.used:   # the ledger keeps what this rank's P Q^T missed
-                rank_r_product(p, qt, m, alpha=-1)
+                self.ledgers[it.name].subtract_product(p, qt)
         log(comm, step, compress_s=time.perf_counter() - t0)
         log(comm, step, payload_bytes=Q.numel() * Q.element_size())
         comm.all_reduce(Q, step)
@@ -183,17 +181,13 @@ class BatchedLowRank(LowRank):
         flats = [it.tensor.view(-1) for it in items]
         n = self.side(sum(v.numel() for v in flats))
         c = self.coder(key)
-        if self.error_feedback:    # the ledger is the matrix: ledger += gradients
-            led = self.ledger(key)
-            if led.residual is None:
-                led.residual = torch.zeros(n * n, device=flats[0].device)
-            flat = led.residual
-        else:
-            flat = torch.zeros(n * n, device=flats[0].device)
+        flat = torch.zeros(n * n, device=flats[0].device)   # the gradients, zero-padded to a square
         off = 0
         for v in flats:
             flat[off: off + v.numel()].add_(v)
             off += v.numel()
+        if self.error_feedback:    # the ledger is the matrix: ledger += gradients
+            flat = self.ledger(key).add(flat)
         m = flat.view(n, n)
         r = c._rank_for(m)
         P = torch.empty(n * r, device=m.device)
@@ -206,7 +200,7 @@ class BatchedLowRank(LowRank):
         qt = Q.view(r, n)
         c.finish(m, p, out=qt)
         if self.error_feedback:
-            rank_r_product(p, qt, m, alpha=-1, chunk=self.CHUNK)
+            self.ledgers[key].subtract_product(p, qt, chunk=self.CHUNK)
         log(comm, step, compress_s=time.perf_counter() - t0)
         log(comm, step, payload_bytes=Q.numel() * Q.element_size())
         comm.all_reduce(Q, step)
