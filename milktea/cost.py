@@ -225,21 +225,22 @@ def comm_time(nbytes, workers: int, link: Link, collective: str = "allreduce", s
 
 def wire_bytes(nbytes, workers: int, collective: str = "allreduce") -> float:
     """Bytes each worker transmits in one exchange of `nbytes` with the named collective
-    (see `comm_time`; "alltoall": `nbytes` to each peer; "ps": pushed and pulled).
+    (the formulas of `ring_allreduce_bytes`, `allgather_bytes`, `alltoall_bytes` and
+    `compressed_allreduce_bytes`; "ps": pushed and pulled). Called for every collective a
+    hook issues, so it checks its arguments itself, with no helper calls.
 
     >>> wire_bytes(100, 4), wire_bytes(100, 4, "allgather"), wire_bytes(100, 4, "alltoall")
-    (150.0, 300.0, 300.0)
+    (150.0, 300, 300)
     """
-    if collective == "allreduce":
-        return ring_allreduce_bytes(nbytes, workers)
-    if collective == "allgather":
-        return allgather_bytes(nbytes, workers)
-    if collective == "alltoall":
-        return alltoall_bytes(nbytes, workers)
+    if not (isinstance(workers, int) and workers >= 1 and nbytes >= 0):
+        check_number(nbytes, "nbytes", 0)
+        check_int(workers, "workers", 1)
+    if collective in ("allreduce", "compressed_allreduce"):
+        return 2 * (workers - 1) / workers * nbytes
+    if collective in ("allgather", "alltoall"):
+        return (workers - 1) * nbytes
     if collective == "ps":
-        return 2 * check_number(nbytes, "nbytes", 0)
-    if collective == "compressed_allreduce":
-        return compressed_allreduce_bytes(nbytes, workers)
+        return 2 * nbytes
     raise ValueError(f"collective must be one of {COLLECTIVES}, got {collective!r}")
 
 

@@ -59,7 +59,7 @@ def sizes(indices: torch.Tensor, numel: int) -> dict[str, int]:
     fast = kernels.index_sizes(indices, numel)          # one compiled pass, for large CPU selections
     if fast is not None:
         delta8, varint = fast
-        return {"int32": 4 * k, "delta8": delta8, "varint": varint, "bitmap": packed_size(numel, 1)}
+        return {"int32": 4 * k, "delta8": delta8, "varint": varint, "bitmap": (numel + 7) // 8}
     return dict(zip(ENCODINGS, size_table(indices.reshape(1, -1), numel)[0].tolist()))
 
 
@@ -121,7 +121,10 @@ def encode(indices: torch.Tensor, numel: int, encoding: str = "auto",
     s = None
     if encoding == "auto":
         s = sizes(indices, numel)
-        encoding = min(ENCODINGS, key=lambda e: (s[e], ENCODINGS.index(e)))
+        encoding = ENCODINGS[0]
+        for e in ENCODINGS[1:]:              # the smallest; of equal sizes the first
+            if s[e] < s[encoding]:
+                encoding = e
     if encoding == "int32":
         return encoding, indices.to(torch.int32).view(torch.uint8)
     if encoding == "bitmap":

@@ -86,7 +86,7 @@ def _start_numba_pool() -> None:
 def jit(t: torch.Tensor | None = None, numel: int | None = None):
     """The compiled loops (milktea.numba_kernels) if they should run on `t`, else None:
     CPU tensors of at least NUMBA_MIN_NUMEL entries, numba loadable, not switched off.
-    Sizes numba's thread pool to torch's on every call (a user may change it).
+    Sizes numba's thread pool to torch's whenever torch's changed (a user may change it).
 
     numel: the size to judge by instead of t's own. Index loops pass the size of the
     tensor the indices address: a 1% selection of a 6M-entry bucket has 63k indices,
@@ -95,22 +95,20 @@ def jit(t: torch.Tensor | None = None, numel: int | None = None):
     if not USE_NUMBA or (t is not None and (t.device.type != "cpu" or size < NUMBA_MIN_NUMEL)):
         return None
     nb = _load()
-    if nb is not None:
+    if nb is not None and torch.get_num_threads() != _threads[0]:    # torch's count changed
         import numba
-        want = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)
-        if numba.get_num_threads() != want:
-            numba.set_num_threads(want)
+        _threads[0] = torch.get_num_threads()
+        numba.set_num_threads(min(_threads[0], numba.config.NUMBA_NUM_THREADS))
     return nb
+
+
+_threads = [0]   # torch's thread count numba's pool was last sized to
 
 
 def would_use_numba(numel: int, device) -> bool:
     """Whether a tensor of `numel` entries on `device` would go through the compiled loops
     (without loading numba to find out: an unloadable numba is found on first use)."""
     return USE_NUMBA and torch.device(device).type == "cpu" and numel >= NUMBA_MIN_NUMEL
-
-
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().numpy()
 
 
 def piece(device) -> int:
@@ -150,7 +148,7 @@ def quantize(x: torch.Tensor, chunk: int, qmax: int, out_codes: torch.Tensor | N
     scales = torch.empty(nch, dtype=torch.float32, device=x.device)
     nb = jit(x)
     if nb is not None:
-        nb.quantize(_np(x), chunk, qmax, np.float32(scale_cap(qmax)), _np(codes), _np(scales))
+        nb.quantize(x.numpy(), chunk, qmax, np.float32(scale_cap(qmax)), codes.numpy(), scales.numpy())
         return codes, scales
     full = n - n % chunk
     pieces = [(x[:full].view(-1, chunk), codes[:full].view(-1, chunk), scales[: full // chunk])] if full else []
@@ -189,7 +187,7 @@ def sign_unpack_add(packed: torch.Tensor, scale: float, out: torch.Tensor, alpha
     nb = jit(out) if ok else None
     if nb is None:
         return False
-    nb.sign_into(_np(packed), np.float32(scale), _np(out.view(-1)), -1 if alpha < 0 else 1, np.float32(div))
+    nb.sign_into(packed.numpy(), np.float32(scale), out.view(-1).numpy(), -1 if alpha < 0 else 1, np.float32(div))
     return True
 
 
@@ -202,7 +200,7 @@ def sign_pack_l1(x: torch.Tensor, out: torch.Tensor | None = None) -> tuple[torc
     if nb is not None:
         out = buffers.lend(out, (n + 7) // 8)
         partial = np.empty((n + BLOCK - 1) // BLOCK, dtype=np.float64)
-        nb.sign_pack(_np(x), _np(out), partial)
+        nb.sign_pack(x.numpy(), out.numpy(), partial)
         return out, float(partial.sum())
     from .bits import pack
     out = torch.empty((n + 7) // 8, dtype=torch.uint8, device=x.device)
@@ -226,7 +224,7 @@ def add_sign_pack_l1(x: torch.Tensor, add: torch.Tensor, out: torch.Tensor | Non
     out = buffers.lend(out, (n + 7) // 8)
     partial = np.empty((n + BLOCK - 1) // BLOCK, dtype=np.float64)
     bad = np.zeros(partial.size, dtype=np.uint8)
-    nb.add_sign_pack(_np(x), _np(add.reshape(-1)), _np(out), partial, bad)
+    nb.add_sign_pack(x.numpy(), add.reshape(-1).numpy(), out.numpy(), partial, bad)
     if bad.any():
         raise ValueError(_nonfinite_message(x))
     return out, float(partial.sum())
@@ -237,7 +235,7 @@ def sign_unpack(packed: torch.Tensor, scale: float, out: torch.Tensor) -> torch.
     n = out.numel()
     nb = jit(out)
     if nb is not None:
-        nb.sign_into(_np(packed), np.float32(scale), _np(out), 0, np.float32(1))
+        nb.sign_into(packed.numpy(), np.float32(scale), out.numpy(), 0, np.float32(1))
         return out
     from .bits import unpack
     for s, e in spans(n, out.device):   # s is a multiple of 8: a step's bits start on a byte
@@ -265,21 +263,19 @@ def above_threshold(x: torch.Tensor, t: float, add: torch.Tensor | None = None,
     """
     nb = jit(x) if x.dtype in (torch.float32, torch.float64) else None
     if nb is not None and (add is None or add.dtype == x.dtype):
-        xn = _np(x)
+        xn = x.numpy()      # counts in torch tensors: numpy's sum, any, cumsum are Python functions
         blocks = (x.numel() + BLOCK - 1) // BLOCK
-        counts = np.empty(blocks, dtype=np.int64)
-        bad = np.zeros(blocks, dtype=np.uint8)
+        counts, bad = torch.empty(blocks, dtype=torch.int64), torch.zeros(blocks, dtype=torch.uint8)
         found = np.empty((blocks, FOUND_PER_BLOCK), dtype=np.int32)   # pages touched as written
         found_x = np.empty((blocks, FOUND_PER_BLOCK), dtype=xn.dtype)
-        g = _np(add.reshape(-1)) if add is not None else xn[:0]
-        nb.collect_above(xn, g, xn.dtype.type(t), clear_add, found, found_x, counts, bad)
-        if bad.any():
+        g = add.reshape(-1).numpy() if add is not None else xn[:0]
+        nb.collect_above(xn, g, xn.dtype.type(t), clear_add, found, found_x, counts.numpy(), bad.numpy())
+        if bool(bad.any()):
             raise ValueError(_nonfinite_message(x))
-        starts = np.zeros_like(counts)
-        np.cumsum(counts[:-1], out=starts[1:])
+        starts = torch.cumsum(counts, 0) - counts
         out = torch.empty(int(counts.sum()), dtype=torch.int64)
         vals = torch.empty(out.numel(), dtype=x.dtype)
-        nb.gather_above(xn, xn.dtype.type(t), found, found_x, counts, starts, _np(out), _np(vals))
+        nb.gather_above(xn, xn.dtype.type(t), found, found_x, counts.numpy(), starts.numpy(), out.numpy(), vals.numpy())
         return out, vals
     if add is not None:
         add_finite(x, add)
@@ -318,8 +314,8 @@ def sampled_kth_abs(x: torch.Tensor, add: torch.Tensor | None, pick: torch.Tenso
     nb = jit(x, pick.numel() * run) if ok else None
     if nb is None:
         return None
-    g = _np(add.reshape(-1)) if add is not None else np.empty(0, np.float32)
-    key = nb.sampled_kth_abs(_np(x), g, _np(pick), run, k)
+    g = add.reshape(-1).numpy() if add is not None else np.empty(0, np.float32)
+    key = nb.sampled_kth_abs(x.numpy(), g, pick.numpy(), run, k)
     return float(np.array([key], dtype=np.uint32).view(np.float32)[0])
 
 
@@ -330,7 +326,7 @@ def index_sizes(idx: torch.Tensor, numel: int) -> tuple[int, int] | None:
     nb = jit(idx, numel) if idx.dtype == torch.int64 else None
     if nb is None:
         return None
-    d8, vi = nb.index_sizes(_np(idx))
+    d8, vi = nb.index_sizes(idx.numpy())
     return int(d8), int(vi)
 
 
@@ -341,13 +337,18 @@ def sparse_mean(pieces: list[tuple[torch.Tensor, torch.Tensor]], out: torch.Tens
     packet's values put in place, the others added in order, then divided by their
     count. False where the compiled loops do not run (the caller has the torch way)."""
     nb = jit(out) if out.dtype in (torch.float32, torch.float64) else None
-    if nb is None or any(i.dtype != torch.int64 or v.dtype != out.dtype for i, v in pieces):
+    if nb is None:
         return False
-    offs = np.zeros(len(pieces) + 1, dtype=np.int64)
-    np.cumsum([i.numel() for i, _ in pieces], out=offs[1:])
-    count = np.array([len(pieces)], dtype=_np(out).dtype)
-    nb.sparse_mean(_np(torch.cat([i for i, _ in pieces])), _np(torch.cat([v for _, v in pieces])),
-                   offs, count, _np(out.view(-1)))
+    for i, v in pieces:
+        if i.dtype != torch.int64 or v.dtype != out.dtype:
+            return False
+    offs, idx, vals = np.zeros(len(pieces) + 1, dtype=np.int64), [], []
+    for w, (i, v) in enumerate(pieces):
+        offs[w + 1] = offs[w] + i.numel()
+        idx.append(i)
+        vals.append(v)
+    flat = out.view(-1).numpy()
+    nb.sparse_mean(torch.cat(idx).numpy(), torch.cat(vals).numpy(), offs, np.array([len(pieces)], flat.dtype), flat)
     return True
 
 
@@ -363,7 +364,7 @@ def topk_among(cand: torch.Tensor, vals: torch.Tensor, k: int, numel: int
         return None
     out = torch.empty(k, dtype=torch.int64)
     out_vals = torch.empty(k, dtype=torch.float32)
-    nb.topk_among(_np(vals).view(np.uint32), _np(cand), k, _np(out), _np(out_vals).view(np.uint32))
+    nb.topk_among(vals.numpy().view(np.uint32), cand.numpy(), k, out.numpy(), out_vals.numpy().view(np.uint32))
     return out, out_vals
 
 
@@ -374,7 +375,7 @@ def zero_at(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     nb = jit(flat) if idx.dtype == torch.int64 and idx.device == flat.device else None
     if nb is None:
         return flat.index_fill_(0, idx, 0)
-    nb.zero_at(_np(flat), _np(idx))
+    nb.zero_at(flat.numpy(), idx.numpy())
     return flat
 
 
@@ -389,7 +390,7 @@ def quantize_packed(x: torch.Tensor, chunk: int, bits: int, out: torch.Tensor | 
         n = x.numel()
         out = buffers.lend(out, (n * bits + 7) // 8)
         scales = torch.empty((n + chunk - 1) // chunk, dtype=torch.float32)
-        nb.quantize_packed(_np(x), chunk, qmax, np.float32(scale_cap(qmax)), bits, _np(out), _np(scales))
+        nb.quantize_packed(x.numpy(), chunk, qmax, np.float32(scale_cap(qmax)), bits, out.numpy(), scales.numpy())
         return out, scales
     codes, scales = quantize(x, chunk, qmax, out if bits == 8 else None)    # 8-bit codes are their own packing
     return pack(codes, bits), scales

@@ -102,22 +102,27 @@ class Ledger:
     def _step(self, compressor, grad, rows, clear_grad, into):
         if self.check_first:
             grad = check_grad(grad, "gradient", compressor.nonfinite)
-        fresh = self.residual is None
-        r = self.tensor_for(grad)
-        R, G = (r, grad) if rows else (r.unsqueeze(0), grad.unsqueeze(0))
+        r = self.residual
+        fresh = r is None
+        if fresh or r.shape != grad.shape or r.device != grad.device or \
+                r.dtype != (torch.float64 if grad.dtype == torch.float64 else torch.float32):
+            r = self.tensor_for(grad)
+        R, G = (r, grad.detach()) if rows else (r.unsqueeze(0), grad.detach().unsqueeze(0))
         try:
-            self._check_room(r, grad, compressor)
-            with torch.no_grad():
-                G = G.detach()
-                if G.dtype == R.dtype:       # the codec adds the gradient (in its own pass, where it can)
-                    X = R
-                    packets, sent = compressor.encode(R, add=G, clear_add=clear_grad, into=into)
-                else:                        # a half-precision gradient: its packet of the rounded ledger
-                    R.add_(check_grad(G, "gradient", compressor.nonfinite).to(R.dtype))
-                    if clear_grad:
-                        G.zero_()
-                    X = R.to(G.dtype)
-                    packets, sent = compressor.encode(X, into=into)
+            if compressor.overflow_at != float("inf"):
+                self._check_room(r, grad, compressor)
+            if G.dtype == R.dtype:       # the codec adds the gradient (in its own pass, where it can)
+                X = R
+                packets, sent = compressor.encode(R, add=G, clear_add=clear_grad, into=into)
+            else:                        # a half-precision gradient: its packet of the rounded ledger
+                R.add_(check_grad(G, "gradient", compressor.nonfinite).to(R.dtype))
+                if clear_grad:
+                    G.zero_()
+                X = R.to(G.dtype)
+                packets, sent = compressor.encode(X, into=into)
+            if len(sent) == 1 and sent[0] is not None and sent[0][1] is None and X is R:
+                kernels.zero_at(R.view(-1), sent[0][0])    # one row of a sparse packet: the hook's
+            else:
                 self._cross_out(R, X, packets, sent)
         except Exception:
             if fresh:                 # e.g. k larger than the tensor: no ledger yet

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import torch
 
-from .codec import by_id, lookup
+from .codec import _BY_ID, _BY_NAME, by_id, lookup
 
 MAGIC = b"MT"
 VERSION = 1
@@ -45,7 +45,10 @@ def _header(codec_id: int, dtype: torch.dtype, shape, params, parts) -> bytes:
     """The header's bytes (see the module's docstring)."""
     buf = bytearray(MAGIC)
     buf += bytes((VERSION, codec_id, DTYPES[dtype]))
-    for seq in (shape, params, [p.numel() for p in parts]):
+    lengths = []
+    for p in parts:
+        lengths.append(p.numel())
+    for seq in (shape, params, lengths):
         for v in (len(seq), *seq):
             v = int(v)
             if not 0 <= v <= MAX_FIELD:
@@ -59,7 +62,7 @@ def _header(codec_id: int, dtype: torch.dtype, shape, params, parts) -> bytes:
 
 
 def parse_header(b, pos: int = 0):
-    """(codec name, shape, dtype, params, part lengths, end) of the header that starts at
+    """(codec record, shape, dtype, params, part lengths, end) of the header that starts at
     `pos` of `b` (bytes, a memoryview or a 1-D uint8 numpy array); ValueError for anything
     malformed or truncated."""
     n = len(b)
@@ -67,7 +70,7 @@ def parse_header(b, pos: int = 0):
         raise ValueError("not a milktea packet (bad magic bytes)")
     if b[pos + 2] != VERSION:
         raise ValueError(f"packet version {b[pos + 2]} is not supported (expected {VERSION})")
-    codec = by_id(int(b[pos + 3])).name
+    codec = _BY_ID.get(int(b[pos + 3])) or by_id(int(b[pos + 3]))
     dtype = _DTYPE_OF.get(int(b[pos + 4]))
     if dtype is None:
         raise ValueError(f"malformed packet: unknown dtype id {b[pos + 4]}")
@@ -99,6 +102,34 @@ def parse_header(b, pos: int = 0):
     return codec, shape, dtype, params, lengths, pos
 
 
+_CPU = torch.device("cpu")
+
+
+def _settle(packet, record, head: bytes, payload: int, shape=None):
+    """Give `packet` its header bytes, `nbytes`, `numel` and `device`, after refusing one
+    whose header declares more elements than its bytes allow: the codec's `expansion`
+    (elements per payload byte) times the payload, and MAX_NUMEL in any case (decoders
+    then check every size exactly)."""
+    shape = packet.shape if shape is None else shape
+    n = 1
+    for d in shape:
+        n *= d
+    if n < 1:
+        raise ValueError(f"malformed packet: shape {shape} has no elements")
+    if n > MAX_NUMEL:
+        raise ValueError(f"malformed packet: {n} elements is more than the {MAX_NUMEL} a packet may carry")
+    cap = record.expansion * payload
+    if n > cap:
+        raise ValueError(f"malformed packet: a {record.name} packet of {payload} payload "
+                         f"bytes cannot stand for {n} elements (at most {int(cap)})")
+    set_ = object.__setattr__
+    set_(packet, "_head", head)
+    set_(packet, "nbytes", len(head) + payload)
+    set_(packet, "numel", n)
+    set_(packet, "device", packet.parts[0].device if packet.parts else _CPU)
+    return packet
+
+
 @dataclass(frozen=True, eq=False)
 class Packet:
     """What crosses the wire for one tensor.
@@ -117,54 +148,24 @@ class Packet:
     parts: tuple[torch.Tensor, ...] = ()
 
     def __post_init__(self):
-        record = lookup(self.codec)
+        record = _BY_NAME.get(self.codec) or lookup(self.codec)
         if self.dtype not in DTYPES:
             raise TypeError(f"packets carry float tensors, got dtype {self.dtype}")
+        payload = 0
         for p in self.parts:
             if not isinstance(p, torch.Tensor) or p.dtype != torch.uint8 or p.dim() != 1:
                 raise TypeError("packet parts must be 1-D uint8 tensors (raw bytes)")
-        head = _header(record.id, self.dtype, self.shape, self.params, self.parts)
-        object.__setattr__(self, "_head", head)
-        object.__setattr__(self, "nbytes", len(head) + sum(p.numel() for p in self.parts))
-        self.check_size()
-
-    @classmethod
-    def _read(cls, codec, shape, dtype, params, parts, head: bytes) -> "Packet":
-        """A packet whose header was just parsed from `head` (its parts checked against it by
-        the caller): made without writing the header again."""
-        packet = object.__new__(cls)
-        for name, value in (("codec", codec), ("shape", shape), ("dtype", dtype), ("params", params),
-                            ("parts", parts), ("_head", head),
-                            ("nbytes", len(head) + sum(p.numel() for p in parts))):
-            object.__setattr__(packet, name, value)
-        packet.check_size()
-        return packet
+            payload += p.numel()
+        _settle(self, record, _header(record.id, self.dtype, self.shape, self.params, self.parts), payload)
 
     # -- sizes ---------------------------------------------------------------
-    @property
-    def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+    #: numel: the elements its header declares; nbytes: its length on the wire, header
+    #: included; device: where its parts are (both set when it is made or read)
 
     def check_size(self) -> None:
-        """Refuse a packet whose header declares more elements than its bytes allow.
-
-        The limit is the codec's `expansion` (elements per payload byte) times the
-        payload, and MAX_NUMEL in any case; decoders then check every size exactly.
-        Every packet is checked once, when it is made or read.
-        """
-        n = self.numel
-        if n < 1:
-            raise ValueError(f"malformed packet: shape {self.shape} has no elements")
-        if n > MAX_NUMEL:
-            raise ValueError(f"malformed packet: {n} elements is more than the {MAX_NUMEL} a packet may carry")
-        payload = self.nbytes - len(self._head)
-        cap = lookup(self.codec).expansion * payload
-        if n > cap:
-            raise ValueError(f"malformed packet: a {self.codec} packet of {payload} payload "
-                             f"bytes cannot stand for {n} elements (at most {int(cap)})")
+        """Refuse a packet whose header declares more elements than its bytes allow (every
+        packet is checked once, when it is made or read: see `_settle`)."""
+        _settle(self, lookup(self.codec), self._head, self.nbytes - len(self._head))
 
     def header(self) -> bytes:
         """The header's bytes (written once, when the packet was made or read)."""
@@ -187,10 +188,6 @@ class Packet:
     def ratio(self) -> float:
         """Compression ratio R = original bytes / wire bytes."""
         return self.dense_nbytes / self.nbytes
-
-    @property
-    def device(self) -> torch.device:
-        return self.parts[0].device if self.parts else torch.device("cpu")
 
     # -- serialisation -------------------------------------------------------
     def to_tensor(self) -> torch.Tensor:
@@ -251,14 +248,28 @@ def read(head, pos: int, data: torch.Tensor, off: int | None) -> tuple[Packet, i
     header and the next parts start. The header is parsed once and checked against the
     bytes present. The DDP hook keeps a rank's headers together on the host, its parts on
     the device: no host copy per packet."""
-    codec, shape, dtype, params, lengths, end = parse_header(head, pos)
+    record, shape, dtype, params, lengths, end = parse_header(head, pos)
     if off is None:
         off = end
-    need = off + sum(lengths)
-    if need > data.numel():
-        raise ValueError(f"truncated packet: header announces {need} bytes, got {data.numel()}")
-    parts = []
+    start = off
     for n in lengths:
-        parts.append(data[off: off + n])
         off += n
-    return Packet._read(codec, shape, dtype, params, tuple(parts), bytes(head[pos:end])), end, off
+    if off > data.numel():
+        raise ValueError(f"truncated packet: header announces {off} bytes, got {data.numel()}")
+    parts, at = [], start
+    for n in lengths:
+        parts.append(data[at: at + n])
+        at += n
+    n = 1
+    for d in shape:
+        n *= d
+    if not 1 <= n <= MAX_NUMEL or n > record.expansion * (off - start):
+        _settle(Packet.__new__(Packet), record, b"", off - start, shape)      # says what is wrong
+    packet = object.__new__(Packet)
+    head = bytes(head[pos:end])
+    set_ = object.__setattr__
+    for name, value in (("codec", record.name), ("shape", shape), ("dtype", dtype), ("params", params),
+                        ("parts", tuple(parts)), ("_head", head), ("nbytes", len(head) + off - start),
+                        ("numel", n), ("device", data.device)):
+        set_(packet, name, value)
+    return packet, end, off

@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 import torch
 
 from .. import kernels
-from .codec import Codec, lookup, register
+from .codec import _BY_NAME, Codec, lookup, register
 from .packet import DTYPES, Packet
 from .wire import expect_layout, expect_nbytes, from_bytes, output, to_bytes  # noqa: F401  (the doctest's)
 
@@ -119,7 +119,7 @@ def decode_mean(packets: Sequence[Packet], out: torch.Tensor, zeroed: bool = Fal
     first = packets[0]
     if not isinstance(first, Packet):
         raise TypeError(f"decode_mean needs Packets, got {type(first).__name__}")
-    codec = lookup(first.codec)
+    codec = _BY_NAME.get(first.codec) or lookup(first.codec)
     for p in packets:
         if not isinstance(p, Packet):
             raise TypeError(f"decode_mean needs Packets, got {type(p).__name__}")
@@ -149,9 +149,12 @@ def decode_mean(packets: Sequence[Packet], out: torch.Tensor, zeroed: bool = Fal
         idx, vals = rows[0], rows[1].to(out.dtype)
         pieces = list(zip(idx, vals))
     else:
+        _check_out(first, out, same_dtype=True)
+        shape, device = first.shape, first.device
         pieces = []
         for p in packets:
-            _check_out(p, out, same_dtype=p is first)
+            if p.shape != shape or p.device != device:
+                _check_out(p, out, same_dtype=False)
             i, v = codec.sparse(p)        # sorted, unique, in range: the codec checked its bytes
             pieces.append((i, v if v.dtype == out.dtype else v.to(out.dtype)))
     if not zeroed:

@@ -13,7 +13,7 @@ from .. import kernels, stochastic, trace
 from ..checks import check_choice, check_number, check_positive_int, check_ratio, check_seed, resolve_k
 from .base import Compressor, check_same_kind
 from .codec import SPARSE_EXPANSION, lookup
-from .packet import Packet
+from .packet import _ITEMSIZE, Packet
 from .registry import library_codec
 from .wire import expect_layout, expect_nbytes, from_bytes, output, to_bytes
 from .select import kth_largest_sorted_indices, select_topk
@@ -51,7 +51,11 @@ class Sparsifier(Compressor):
         self.ratio, self.k = ratio, k
 
     def k_for(self, numel: int) -> int:
-        return resolve_k(self.ratio, self.k, numel)
+        key = (self.ratio, self.k, numel)      # DGC's warm-up changes the ratio between calls
+        k = self.__dict__.get("_k")
+        if k is None or k[0] != key:
+            k = self._k = (key, resolve_k(self.ratio, self.k, numel))
+        return k[1]
 
     def select(self, flat: torch.Tensor, row: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(the sorted flat positions this call sends, advancing any per-call state; flat's
@@ -156,8 +160,10 @@ class TopK(Sparsifier):
         if add is not None and not (plain and self.nonfinite == "raise" and add.dtype == flat.dtype):
             self._add(flat, add, clear_add)
             add = None
-        gen = self.row(row)._gen
-        k = self.k_for(flat.numel())
+        gen = self._gen if row == 0 else self.row(row)._gen
+        cached = self.__dict__.get("_k")
+        n = flat.numel()
+        k = cached[1] if cached is not None and cached[0] == (self.ratio, self.k, n) else self.k_for(n)
         if add is not None and trace.ENABLED:
             trace.note(step="fused add and clear" if clear_add else "fused add")
         if plain:
@@ -176,7 +182,8 @@ class TopK(Sparsifier):
         W, n = rows.shape[0], rows[0].numel()
         if (W == 1 or self.approximate or self.nonfinite == "ignore" or kernels.would_use_numba(n, rows.device)
                 or rows.dtype not in (torch.float32, torch.float64)):
-            self.rows(W)
+            if W > 1:
+                self.rows(W)
             flat, adds = rows.reshape(W, -1), (add.reshape(W, -1) if add is not None else None)
             packets, sent = [], []
             for w in range(W):
@@ -198,10 +205,13 @@ class TopK(Sparsifier):
         """vals: t's values at idx where the caller has them (else gathered here)."""
         if vals is None or vals.dtype != t.dtype:
             vals = t.reshape(-1).index_select(0, idx)
-        return sparse_packet(t, idx, vals, self.index)
+        enc, ibytes = index_codec.encode(idx, t.numel(), self.index, validate=False)
+        return Packet("topk", tuple(t.shape), t.dtype, (idx.numel(), ENCODING_IDS[enc]),
+                      (ibytes, vals.contiguous().view(torch.uint8)))
 
 
 def sparse_packet(t: torch.Tensor, idx: torch.Tensor, vals: torch.Tensor, index: str = "auto") -> Packet:
+    """The topk packet of `t`'s values `vals` at the sorted positions `idx`."""
     enc, ibytes = index_codec.encode(idx, t.numel(), index, validate=False)
     return Packet("topk", tuple(t.shape), t.dtype, (idx.numel(), ENCODING_IDS[enc]),
                   (ibytes, to_bytes(vals)))
@@ -242,7 +252,19 @@ def _randomk_parts_values(packet: Packet) -> torch.Tensor:
 
 
 def _topk_parts(packet: Packet) -> tuple[torch.Tensor, torch.Tensor]:
-    size = torch.empty((), dtype=packet.dtype).element_size()
+    size = _ITEMSIZE[packet.dtype]
+    params, parts = packet.params, packet.parts
+    if len(params) != 2 or len(parts) != 2 or not 1 <= params[0] <= packet.numel \
+            or params[1] >= len(index_codec.ENCODINGS) or parts[1].numel() != params[0] * size:
+        _refuse_topk(packet, size)
+    k, enc = params
+    idx = index_codec.decode(index_codec.ENCODINGS[enc], parts[0], k, packet.numel)
+    vals = parts[1]
+    return idx, (vals if vals.storage_offset() % size == 0 else vals.clone()).view(packet.dtype)
+
+
+def _refuse_topk(packet: Packet, size: int):
+    """The ValueError that says what is wrong with a malformed topk packet."""
     expect_layout(packet, 2, 2)
     k, enc = packet.params
     _check_k(packet, k)
@@ -250,8 +272,6 @@ def _topk_parts(packet: Packet) -> tuple[torch.Tensor, torch.Tensor]:
         raise ValueError(f"malformed topk packet: index encoding id {enc} (known: "
                          f"{dict(enumerate(index_codec.ENCODINGS))})")
     expect_nbytes(packet, 1, k * size, f"{k} {packet.dtype} values")
-    idx = index_codec.decode(index_codec.ENCODINGS[enc], packet.parts[0], k, packet.numel)
-    return idx, from_bytes(packet.parts[1], packet.dtype)
 
 
 def _decode_sparse(packet, out=None):
@@ -272,12 +292,12 @@ def _topk_rows(packets):
     delta8 indices decoded together (see index.decode_rows); None where they differ in k,
     shape or dtype, or where the compiled loops take each packet."""
     first = packets[0]
+    if first.numel >= kernels.NUMBA_MIN_NUMEL and kernels.USE_NUMBA and first.device.type == "cpu":
+        return None                  # the compiled decoder and merge take each packet as it is
     for p in packets:
         if len(p.params) != 2 or len(p.parts) != 2 or p.params[0] != first.params[0] or p.shape != first.shape \
                 or p.dtype != first.dtype:
             return None
-    if kernels.would_use_numba(first.numel, first.device):
-        return None                  # the compiled decoder and merge take each packet as it is
     k = first.params[0]
     _check_k(first, k)
     size = torch.empty((), dtype=first.dtype).element_size()

@@ -1,6 +1,6 @@
 """Blocking collectives for the hooks' protocols: all-reduce, all-gather of byte strings
 of different lengths (sizes first, then the bytes) and all-to-all, each waited for
-through the optional emulated link and counted in a StatsLog (`link.Pending.wait`)."""
+through the optional emulated link and counted in a StatsLog (`link.settle`)."""
 from __future__ import annotations
 
 import time
@@ -8,11 +8,12 @@ import time
 import torch
 import torch.distributed as dist
 
-from milktea.distributed.link import EmulatedLink, Pending
+from milktea.distributed.link import EmulatedLink, settle
 from milktea.distributed.stats import StatsLog
 
-# torch >= 2.10 renamed all_gather_into_tensor (the old name warns); older torch lacks the new one
-_all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+def _gather_into(pg):
+    """The process group's own all-gather into one tensor (output, input) -> Work."""
+    return getattr(pg, "all_gather_single", None) or pg._allgather_base
 
 
 def default_timeout():
@@ -38,18 +39,21 @@ class Comm:
         self.group, self.link, self.log = group, link, log
         self.world = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
-        self._global = dist.get_process_group_ranks(group) if group is not None else list(range(self.world))
+        # the process group's own methods: the collectives of torch.distributed without its
+        # Python wrappers (a dozen calls each), issued once per bucket and more
+        self._pg = group if group is not None else dist.group.WORLD
+        self._gather = _gather_into(self._pg)
         self._send: torch.Tensor | None = None          # all_gather_bytes's buffers, kept
         self._recv: dict[int, torch.Tensor | None] = {}
         self._device = torch.device("cpu")
 
     def _wait(self, work, collective: str, nbytes: int, step: int, issued: float) -> None:
-        Pending(work, collective, nbytes, self.world, self.link, self.log, step, issued).wait()
+        settle(work, collective, nbytes, self.world, self.link, self.log, step, issued)
 
     def all_reduce(self, tensor: torch.Tensor, step: int = 0, op=dist.ReduceOp.SUM) -> torch.Tensor:
         """Sum (or `op`) `tensor` over the ranks, in place."""
         issued = time.perf_counter()
-        work = dist.all_reduce(tensor, op=op, group=self.group, async_op=True)
+        work = self._pg.allreduce([tensor], op)
         self._wait(work, "allreduce", tensor.numel() * tensor.element_size(), step, issued)
         return tensor
 
@@ -109,24 +113,26 @@ class Comm:
         issued = time.perf_counter()
         size = torch.tensor([n] if tail is None else [n, tail], dtype=torch.int64, device=dev)
         sizes = torch.empty(W * size.numel(), dtype=torch.int64, device=dev)
-        self._wait(_all_gather_flat(sizes, size, group=self.group, async_op=True), "allgather", 8 * size.numel(),
-                   step, issued)
+        self._wait(self._gather(sizes, size), "allgather", 8 * size.numel(), step, issued)
         sizes = sizes.tolist()
         lengths, tails = (sizes, None) if tail is None else (sizes[0::2], sizes[1::2])
         width = max(lengths)
         issued = time.perf_counter()
         if dev.type == "cpu":
-            parts = [self._send[:n] if r == self.rank else self._recv_buffer(r, m) for r, m in enumerate(lengths)]
-            for r, p in enumerate(parts):
-                if p.numel():
-                    dist.broadcast(p, src=self._global[r], group=self.group, async_op=True).wait()
+            parts, heads = [], []
+            for r, m in enumerate(lengths):
+                p = self._send[:n] if r == self.rank else self._recv_buffer(r, m)
+                if m:
+                    self._pg.broadcast(p, r).wait()
+                parts.append(p)
+                if tail is not None:
+                    heads.append(p[m - tails[r]:].numpy())
             self._wait(None, "allgather", width, step, issued)
-            heads = [p[p.numel() - t:].numpy() for p, t in zip(parts, tails)] if tail else None
-            return parts, heads
+            return parts, heads if tail is not None else None
         send = self.send_buffer(width, keep=n, device=dev)[:width]
         send[n:].zero_()
         out = self._recv_buffer(-1, W * width)
-        self._wait(_all_gather_flat(out, send, group=self.group, async_op=True), "allgather", width, step, issued)
+        self._wait(self._gather(out, send), "allgather", width, step, issued)
         parts = [out[r * width: r * width + m] for r, m in enumerate(lengths)]
         if not tail:
             return parts, None
@@ -147,7 +153,7 @@ class Comm:
         mine = torch.tensor([p.numel() for p in payloads], dtype=torch.int64, device=dev)
         table = torch.empty(W * W, dtype=torch.int64, device=dev)
         issued = time.perf_counter()
-        self._wait(_all_gather_flat(table, mine, group=self.group, async_op=True), "allgather", 8 * W, step, issued)
+        self._wait(self._gather(table, mine), "allgather", 8 * W, step, issued)
         table = table.view(W, W)                       # table[i, j]: bytes rank i sends to rank j
         width = int(table.max())
         send = torch.zeros(W, width, dtype=torch.uint8, device=dev)

@@ -63,20 +63,35 @@ class Segment:
 
 @dataclass
 class BucketPlan:
-    """How one bucket is sent: which slices are compressed (keyed by the bucket's names, in order)."""
+    """How one bucket is sent: which slices are compressed (the bucket's parameters, in
+    order), and the `Item`s the protocols get, made once and pointed at each step's buffer."""
     segments: list[Segment]
     decision: str | None = None      # "compress" / "dense" (auto policy)
+
+    def __post_init__(self):
+        self.compressed = [protocols.Item(s.name, None) for s in self.segments if s.compress]
+        self.dense = [protocols.Item(s.name, None) for s in self.segments if not s.compress]
+        self._at = [(s.offset, s.numel, s.shape) for s in self.segments if s.compress] + \
+            [(s.offset, s.numel, s.shape) for s in self.segments if not s.compress]
 
     @property
     def names(self) -> tuple:
         return tuple(s.name for s in self.segments)
 
-    def items(self, buf, used) -> list[protocols.Item]:
-        return [protocols.Item(s.name, buf.narrow(0, s.offset, s.numel).view(s.shape), s.name in used)
-                for s in self.segments if s.compress]
+    def point(self, buf, used) -> None:
+        """Point the items at this step's buffer; `used`: the names with a gradient this step."""
+        for it, (offset, numel, shape) in zip(self.compressed + self.dense, self._at):
+            it.tensor = buf.narrow(0, offset, numel).view(shape)
+            it.used = it.name in used
 
-    def dense_views(self, buf) -> list[torch.Tensor]:
-        return [buf.narrow(0, s.offset, s.numel) for s in self.segments if not s.compress]
+    def release(self) -> None:
+        """Let go of the buffer (a rebuilt bucket's old one is freed)."""
+        for it in self.compressed + self.dense:
+            it.tensor = None
+
+    def items(self, buf, used) -> list[protocols.Item]:
+        self.point(buf, used)
+        return self.compressed
 
 
 _LIVE: "weakref.WeakSet[CompressionState]" = weakref.WeakSet()
@@ -133,6 +148,7 @@ class CompressionState:
         self.protocol_name = protocols.protocol_of(compressor)
         self.protocol = (protocols.get(self.protocol_name)(compressor, error_feedback, self.rank, self.world)
                          if compressor is not None else None)
+        self.dense = protocols.get("allreduce")(None, False, self.rank, self.world)   # plain averaging
         self.step = 0                                   # synchronised backward passes (saved)
         # momentum correction: every parameter's gradient replaced by its velocity, by name (saved)
         self.momentum = None if momentum is None else MomentumCorrection(model, momentum)
@@ -147,7 +163,7 @@ class CompressionState:
                             for n, p in named if p.requires_grad]
         self._error: BaseException | None = None
         self._closed = False
-        self._jobs: queue.Queue = queue.Queue()
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name="milktea-comm", daemon=True)
         self._thread.start()
         _LIVE.add(self)
@@ -168,17 +184,19 @@ class CompressionState:
             offset += p.numel()
         return BucketPlan(segments)
 
-    def hook(self, bucket) -> torch.futures.Future:
+    def hook(self, bucket):  # no annotations: DDP checks them (registered as CompressionState.hook)
+        """DDP's call for one gradient bucket: hand it to the communication thread; the
+        returned torch.futures.Future is set when its mean is in place."""
         if self.momentum is not None:
             self.momentum.correct(bucket)
         buf, last = bucket.buffer(), bucket.is_last()
         step, plan, used = self.step, None, ()
         if self.protocol is not None and step >= self.start_step:
-            key = tuple(self._names[id(p)] for p in bucket.parameters())
+            key = tuple(map(id, bucket.parameters()))     # the parameters' identities: any rebuild is new
             plan = self.plans.get(key)
             if plan is None:
                 plan = self.plans[key] = self._plan(bucket)
-            used = {s.name for s in plan.segments if s.name in self._used}
+            used = set(self._used)
         cuda = buf.device.type == "cuda"
         fut = torch.futures.Future(devices=[buf.device] if cuda else None)
         ready = None
@@ -219,31 +237,27 @@ class CompressionState:
                     f"milktea hook on rank {self.rank}, step {step}: {type(e).__name__}: {e}"))
 
     def _send(self, buf, plan, step, used) -> None:
-        """Average one bucket over the ranks, in place."""
-        self.stats.add(step, dense_bytes=buf.numel() * buf.element_size(), buckets=1)
-        if plan is None or self._decide(plan, buf, step) == "dense":
-            self._all_reduce_mean(buf, step)
+        """Average one bucket over the ranks, in place: its compressed parameters through the
+        compressor's protocol, the others (small ones, those named in `dense`; the whole
+        bucket before `start_step` or where `auto` keeps it dense) through the dense one."""
+        nbytes = buf.numel() * buf.element_size()
+        if plan is None or (self.policy == "auto" and self._decide(plan, buf, step) == "dense"):
+            self.stats.add(step, dense_bytes=nbytes, buckets=1)
+            self.dense.run(self.comm, [protocols.Item("bucket", buf)], step)
             return
-        self.stats.add(step, compressed=True)
-        dense = plan.dense_views(buf)
-        if dense:      # small parameters, and those named in `dense`: one all-reduce
-            flat = dense[0] if len(dense) == 1 else torch.cat(dense)
-            self._all_reduce_mean(flat, step)
-            if len(dense) > 1:
-                for v, part in zip(dense, torch.split(flat, [v.numel() for v in dense])):
-                    v.copy_(part)
-        items = plan.items(buf, used)
-        if items:
-            self.protocol.run(self.comm, items, step)
-
-    def _all_reduce_mean(self, flat, step) -> None:
-        flat.div_(self.world)
-        self.comm.all_reduce(flat, step)
-        self.stats.add(step, payload_bytes=flat.numel() * flat.element_size())
+        self.stats.add(step, dense_bytes=nbytes, buckets=1, compressed=True)
+        plan.point(buf, used)
+        try:
+            if plan.dense:
+                self.dense.run(self.comm, plan.dense, step)
+            if plan.compressed:
+                self.protocol.run(self.comm, plan.compressed, step)
+        finally:
+            plan.release()
 
     def _decide(self, plan, buf, step) -> str:
-        """"compress" or "dense" for this bucket: always "compress" unless policy="auto",
-        which decides at a bucket's first compressed step. Every rank times its protocol on
+        """"compress" or "dense" for this bucket under policy="auto", decided at a bucket's
+        first compressed step. Every rank times its protocol on
         the real gradients (`Protocol.probe`: compress, decode N packets, on a copy of the
         compressor; the faster of two tries, so a cold cache does not decide) and prices
         both ways with the link model; the ranks agree on the slowest rank's figures (one
@@ -252,15 +266,10 @@ class CompressionState:
             dense all-reduce time  >  (1 + AUTO_MARGIN) * (codec time + compressed collectives)
 
         On a fast link (loopback) the codec costs more than it saves: everything stays dense."""
-        if self.policy != "auto":
-            return "compress"
         if plan.decision is None:
             tensors = [it.tensor.clone() for it in plan.items(buf, used=())]
-            codec_s, comm_s = (min(self.protocol.probe(tensors, self.model_link) for _ in range(2))
-                               if tensors else (0.0, 0.0))
-            agreed = torch.tensor([codec_s, comm_s], dtype=torch.float64, device=buf.device)
-            self.comm.all_reduce(agreed, step, op=dist.ReduceOp.MAX)
-            codec_s, comm_s = agreed.tolist()
+            plan.release()
+            codec_s, comm_s = self.protocol.probe_agreed(self.comm, tensors, self.model_link, step)
             nbytes = sum(s.numel for s in plan.segments if s.compress) * buf.element_size()
             dense_s = cost.ring_allreduce_time(nbytes, self.world, self.model_link)
             plan.decision = "compress" if dense_s > (1 + AUTO_MARGIN) * (codec_s + comm_s) else "dense"
@@ -350,10 +359,6 @@ class _Barrier:
         self.event = event
 
 
-def _hook(state, bucket):  # no annotations: DDP checks them, and they are strings here
-    return state.hook(bucket)
-
-
 def compress(model, compressor=None, error_feedback: bool | None = None, **options) -> CompressionState:
     """Register `compressor` on DDP `model` as a communication hook; return its state.
     error_feedback: None (default) gives a ledger to a compressor that is `biased` (Top-K,
@@ -374,5 +379,5 @@ def compress(model, compressor=None, error_feedback: bool | None = None, **optio
     >>> state = compress(ddp_model, TopK(ratio=0.01), error_feedback=True)  # doctest: +SKIP
     """
     state = CompressionState(model, compressor, error_feedback=error_feedback, **options)
-    model.register_comm_hook(state, _hook)
+    model.register_comm_hook(state, CompressionState.hook)
     return state

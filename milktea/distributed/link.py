@@ -8,8 +8,8 @@ The real collective runs (on loopback it is fast), then the caller sleeps until 
 time the cost model gives for the bytes really sent (`milktea.cost.comm_time`), counted
 on a per-process timeline of the link: a collective starts when it is issued and the
 link is free, so queued collectives wait for each other as on a real wire. No
-privileges needed. `Pending.wait` is the one place where a collective is waited for,
-slowed down to the link and logged: milktea's `Comm` and PyTorch's own hooks (inside
+privileges needed. `settle` is the one place where a collective is waited for, slowed
+down to the link and logged: milktea's `Comm` and PyTorch's own hooks (inside
 `torch_hooks_through(link)`, which routes their all-reduces here while it lasts) both go
 through it.
 """
@@ -60,41 +60,54 @@ class EmulatedLink:
         return f"EmulatedLink({self.link!r})"
 
 
+def settle(work, collective: str, nbytes: int, workers: int, link: EmulatedLink | None = None, log=None,
+           step: int = 0, issued: float = 0.0, end: float | None = None) -> None:
+    """The one wait for a collective: torch's `work` (None: done already), issued at
+    `issued`, moving `nbytes` per rank with `collective` over `workers` ranks; then the
+    emulated link's time for it (booked on the link's timeline from `issued`, unless
+    `end` says when it was booked to end), and its bytes and seconds in `log` (a
+    StatsLog) under `step`."""
+    predicted = 0.0
+    if link is not None:
+        predicted = link.predict(collective, nbytes, workers)
+        if end is None:
+            end = link.occupy(issued, predicted)
+    if work is not None:
+        work.wait()
+    if link is not None:
+        left = end - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
+    if log is not None:
+        log.add(step, comm_s=time.perf_counter() - issued, wire_bytes=cost.wire_bytes(nbytes, workers, collective),
+                predicted_comm_s=predicted, collectives=1, op=(collective, nbytes))
+
+
 class Pending:
-    """A collective in flight: torch's `work`, issued at `issued`, moving `nbytes` per rank
-    with `collective` over `workers` ranks. `wait()` waits for it and then for the emulated
-    link's time (booked on the link's timeline when it was issued), and logs its bytes and
-    seconds in `log` (a StatsLog) under `step`."""
+    """A collective in flight, waited for through `settle` (by `wait()`, or by the future
+    `get_future()` returns): what `torch_hooks_through` hands PyTorch's hooks for their
+    asynchronous all-reduces."""
 
     def __init__(self, work, collective: str, nbytes: int, workers: int, link: EmulatedLink | None = None,
                  log=None, step: int = 0, issued: float | None = None):
-        self.work, self.collective, self.nbytes, self.workers = work, collective, nbytes, workers
-        self.link, self.log, self.step = link, log, step
+        self.work, self.args = work, (collective, nbytes, workers, link, log, step)
         self.issued = time.perf_counter() if issued is None else issued
-        self.predicted = link.predict(collective, nbytes, workers) if link is not None else 0.0
-        self.end = link.occupy(self.issued, self.predicted) if link is not None else self.issued
+        # booked now, when it is issued: collectives queue on the link in the order they are issued
+        self.end = link.occupy(self.issued, link.predict(collective, nbytes, workers)) if link is not None else 0.0
         self._done = False
 
+    def _finished(self) -> None:
+        if not self._done:
+            self._done = True
+            settle(None, *self.args, issued=self.issued, end=self.end)
+
     def wait(self, timeout=None) -> bool:
-        if self.work is not None:
-            self.work.wait()
+        self.work.wait()
         self._finished()
         return True
 
-    def _finished(self) -> None:
-        if self._done:
-            return
-        self._done = True
-        left = self.end - time.perf_counter()
-        if left > 0:
-            time.sleep(left)
-        if self.log is not None:
-            self.log.add(self.step, comm_s=time.perf_counter() - self.issued,
-                         wire_bytes=cost.wire_bytes(self.nbytes, self.workers, self.collective),
-                         predicted_comm_s=self.predicted, collectives=1, op=(self.collective, self.nbytes))
-
     def is_completed(self) -> bool:
-        return (self.work is None or self.work.is_completed()) and time.perf_counter() >= self.end
+        return self.work.is_completed() and time.perf_counter() >= self.end
 
     def get_future(self):
         def slow(fut):

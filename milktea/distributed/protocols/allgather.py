@@ -12,7 +12,7 @@ from milktea.compressors.codec import lookup
 from milktea.compressors.packet import read
 from milktea.compressors.registry import decode_mean
 
-from .base import Protocol, log, register
+from .base import Protocol, register
 
 
 class AllGather(Protocol):
@@ -31,15 +31,27 @@ class AllGather(Protocol):
     """
     collective = "allgather"
 
+    def __init__(self, compressor, error_feedback: bool = False, rank: int = 0, world: int = 1):
+        super().__init__(compressor, error_feedback, rank, world)
+        #: packets that list their positions: the gradient is zeroed as it enters the ledger,
+        #: and the mean lands on those zeros (one pass over the bucket less)
+        self.sparse = lookup(compressor.codec).sparse is not None
+
     def run(self, comm, items, step):
-        with trace.bucket("allgather", step, self.rank):
-            t0 = time.perf_counter()
-            payload, tail, cleared = self.encode(items, comm)
-            log(comm, step, compress_s=time.perf_counter() - t0, payload_bytes=payload.numel())
-            parts, heads = comm.all_gather_tailed(payload, tail, step)
-            t0 = time.perf_counter()
-            self.decode(items, parts, heads, cleared)
-            log(comm, step, decode_s=time.perf_counter() - t0)
+        if trace.ENABLED:
+            with trace.bucket("allgather", step, self.rank):
+                return self._run(comm, items, step)
+        self._run(comm, items, step)
+
+    def _run(self, comm, items, step):
+        t0 = time.perf_counter()
+        payload, tail, cleared = self.encode(items, comm)
+        t1 = time.perf_counter()
+        parts, heads = comm.all_gather_tailed(payload, tail, step)
+        t2 = time.perf_counter()
+        self.decode(items, parts, heads, cleared)
+        if comm.log is not None:
+            comm.log.add(step, compress_s=t1 - t0, payload_bytes=payload.numel(), decode_s=time.perf_counter() - t2)
 
     def encode(self, items, comm) -> tuple[torch.Tensor, int, set]:
         """This rank's packets for the items as one byte string in `comm`'s send buffer:
@@ -49,16 +61,15 @@ class AllGather(Protocol):
         grow = getattr(comm, "send_buffer", None) or _Grown(dev)     # a stand-in Comm may keep none
         buf = grow(0, device=dev)
         heads, cleared, end = [], set(), 0
-        # packets that list their positions: the gradient is zeroed as it enters the ledger,
-        # and the mean lands on those zeros (one pass over the bucket less)
-        clear = lookup(self.compressor.codec).sparse is not None
+        clear = self.sparse
         for it in items:
-            c = self.coder(it.name)
+            c = self.coders.get(it.name) or self.coder(it.name)
             if trace.ENABLED:
                 trace.begin(it.name, it.tensor, c)
             room = buf[end:]
             if self.error_feedback and it.used:    # ledger += gradient, sent, crossed out
-                packet = self.ledger(it.name).step(c, it.tensor, clear_grad=clear, into=room)
+                ledger = self.ledgers.get(it.name) or self.ledger(it.name)
+                packet = ledger.step(c, it.tensor, clear_grad=clear, into=room)
                 if clear:
                     cleared.add(it.name)
             else:   # no ledger, or no gradient here: the ledger waits, a zero gradient is sent
@@ -67,8 +78,11 @@ class AllGather(Protocol):
                     packet = c.encode(x.unsqueeze(0), into=room)[0][0]
             if trace.ENABLED:
                 trace.end(packet)
-            size = packet.nbytes - packet.header_nbytes
-            buf = grow(end + size, keep=end, device=dev)
+            size = 0
+            for part in packet.parts:
+                size += part.numel()
+            if buf.numel() < end + size:
+                buf = grow(end + size, keep=end, device=dev)
             for part in packet.parts:
                 n = part.numel()
                 if part.data_ptr() != buf.data_ptr() + end or part.device != dev:
@@ -76,7 +90,8 @@ class AllGather(Protocol):
                 end += n
             heads.append(packet.header())
         head = b"".join(heads)
-        buf = grow(end + len(head), keep=end, device=dev)
+        if buf.numel() < end + len(head):
+            buf = grow(end + len(head), keep=end, device=dev)
         buf[end: end + len(head)].copy_(torch.frombuffer(bytearray(head), dtype=torch.uint8))
         return buf[: end + len(head)], len(head), cleared
 

@@ -17,13 +17,30 @@ class AllReduce(Protocol):
     compressed (through its ledger with error feedback), decoded in place, and copied
     into one wire tensor of the compressor's `dtype` (fp16/bf16 for Cast: the decoded
     values are exactly representable in it); one all-reduce sums it; each item gets its
-    slice back.
+    slice back. Without a compressor (the DDP hook's dense parameters and buckets): one
+    item is all-reduced where it is, several through one tensor of them all.
     """
     collective = "allreduce"
 
     def run(self, comm, items, step):
+        if self.compressor is None:
+            return self._mean(comm, items, step)
         with trace.bucket("allreduce", step, self.rank):
             self._run(comm, items, step)
+
+    def _mean(self, comm, items, step):
+        """The items' mean over the ranks, uncompressed: divided by N, then summed."""
+        flat = items[0].tensor.view(-1) if len(items) == 1 else torch.cat([it.tensor.view(-1) for it in items])
+        flat.div_(self.world)
+        if comm.log is not None:
+            comm.log.add(step, payload_bytes=flat.numel() * flat.element_size())
+        comm.all_reduce(flat, step)
+        if len(items) > 1:
+            off = 0
+            for it in items:
+                n = it.tensor.numel()
+                it.tensor.view(-1).copy_(flat[off: off + n])
+                off += n
 
     def _run(self, comm, items, step):
         t0 = time.perf_counter()

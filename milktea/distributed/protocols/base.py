@@ -105,9 +105,10 @@ class Protocol:
         return True
 
     def coder(self, name: str):
-        if name not in self.coders:
-            self.coders[name] = self.compressor.fork(self.rank, stream_of(name))
-        return self.coders[name]
+        c = self.coders.get(name)
+        if c is None:
+            c = self.coders[name] = self.compressor.fork(self.rank, stream_of(name))
+        return c
 
     def ledger(self, name: str) -> Ledger:
         """Parameter `name`'s ledger. The hook stops at its first error, so a gradient's
@@ -124,6 +125,16 @@ class Protocol:
     def probe(self, tensors: list[torch.Tensor], link) -> tuple[float, float]:  # pragma: no cover
         """(codec seconds, communication seconds on `link`) for these gradients, on a copy."""
         raise NotImplementedError
+
+    def probe_agreed(self, comm, tensors: list[torch.Tensor], link, step: int) -> tuple[float, float]:
+        """`probe`'s figures, the faster of two tries (a cold cache does not decide), and the
+        slowest rank's of them on every rank (one tiny all-reduce): what the `auto` policy
+        compares with a dense all-reduce, the same on every rank."""
+        import torch.distributed as dist
+        codec_s, comm_s = min(self.probe(tensors, link) for _ in range(2)) if tensors else (0.0, 0.0)
+        agreed = torch.tensor([codec_s, comm_s], dtype=torch.float64, device=tensors[0].device if tensors else None)
+        comm.all_reduce(agreed, step, op=dist.ReduceOp.MAX)
+        return tuple(agreed.tolist())
 
     # -- saving: everything keyed by parameter name ---------------------------------------
     def state_dict(self) -> dict:
