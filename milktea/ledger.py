@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from . import kernels
+from . import kernels, trace
 from .checks import check_grad
 from .compressors.codec import lookup
 from .compressors.registry import decode_add
@@ -102,6 +102,8 @@ class Ledger:
     def _step(self, compressor, grad, rows, clear_grad, into):
         if self.check_first:
             grad = check_grad(grad, "gradient", compressor.nonfinite)
+        if trace.ENABLED:
+            trace.note(ledger="Ledger.step")
         r = self.residual
         fresh = r is None
         if fresh or r.shape != grad.shape or r.device != grad.device or \

@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from milktea import cost
+from milktea import cost, trace
 from milktea.distributed import protocols
 from milktea.distributed.comm import Comm, default_timeout
 from milktea.distributed.link import EmulatedLink
@@ -239,7 +239,14 @@ class CompressionState:
     def _send(self, buf, plan, step, used) -> None:
         """Average one bucket over the ranks, in place: its compressed parameters through the
         compressor's protocol, the others (small ones, those named in `dense`; the whole
-        bucket before `start_step` or where `auto` keeps it dense) through the dense one."""
+        bucket before `start_step` or where `auto` keeps it dense) through the dense one.
+        With MILKTEA_DEBUG=1, one line on stderr says which way it went (milktea.trace)."""
+        if trace.ENABLED:
+            with trace.bucket(step, self.rank):
+                return self._average(buf, plan, step, used)
+        self._average(buf, plan, step, used)
+
+    def _average(self, buf, plan, step, used) -> None:
         nbytes = buf.numel() * buf.element_size()
         if plan is None or (self.policy == "auto" and self._decide(plan, buf, step) == "dense"):
             self.stats.add(step, dense_bytes=nbytes, buckets=1)

@@ -39,15 +39,14 @@ class AllGather(Protocol):
 
     def run(self, comm, items, step):
         if trace.ENABLED:
-            with trace.bucket("allgather", step, self.rank):
-                return self._run(comm, items, step)
-        self._run(comm, items, step)
-
-    def _run(self, comm, items, step):
+            trace.hop("allgather")
         t0 = time.perf_counter()
         payload, tail, cleared = self.encode(items, comm)
         t1 = time.perf_counter()
         parts, heads = comm.all_gather_tailed(payload, tail, step)
+        if trace.ENABLED:
+            trace.hop(f"all-gather of {len(parts)} ranks' packets")
+            trace.hop("decode_mean")
         t2 = time.perf_counter()
         self.decode(items, parts, heads, cleared)
         if comm.log is not None:
@@ -111,7 +110,7 @@ class AllGather(Protocol):
                 packets.append(packet)
             zeroed = it.name in cleared
             if trace.ENABLED:
-                trace.then("mean onto the zeroed gradient" if zeroed else "mean written over the gradient")
+                trace.then("onto the zeroed gradient" if zeroed else "written over the gradient")
             decode_mean(packets, it.tensor, zeroed)
 
     def probe(self, tensors, link):

@@ -25,13 +25,17 @@ class AllReduce(Protocol):
     def run(self, comm, items, step):
         if self.compressor is None:
             return self._mean(comm, items, step)
-        with trace.bucket("allreduce", step, self.rank):
-            self._run(comm, items, step)
+        if trace.ENABLED:
+            trace.hop("allreduce")
+        self._run(comm, items, step)
 
     def _mean(self, comm, items, step):
         """The items' mean over the ranks, uncompressed: divided by N, then summed."""
         flat = items[0].tensor.view(-1) if len(items) == 1 else torch.cat([it.tensor.view(-1) for it in items])
         flat.div_(self.world)
+        if trace.ENABLED:
+            trace.hop(f"allreduce: {len(items)} dense tensor{'s' * (len(items) != 1)}, "
+                      f"{trace._size(flat.numel() * flat.element_size())}")
         if comm.log is not None:
             comm.log.add(step, payload_bytes=flat.numel() * flat.element_size())
         comm.all_reduce(flat, step)

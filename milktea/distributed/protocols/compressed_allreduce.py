@@ -57,11 +57,11 @@ class CompressedAllReduceProtocol(Protocol):
             self.car(it.name).decode(_next_packets(parts, offsets), out=it.tensor.view(-1))
         log(comm, step, decode_s=time.perf_counter() - t0)
         if trace.ENABLED:
-            with trace.bucket(PROTOCOL, step, self.rank):
-                for it, s, q in zip(items, sent, reduced):
-                    trace.begin(it.name, it.tensor, self.compressor)
-                    trace.note(step=f"{N} chunk packets, then chunk {self.rank} reduced")
-                    trace.end(nbytes=sum(p.nbytes for p in s) + q.nbytes)
+            trace.hop(PROTOCOL)
+            for it, s, q in zip(items, sent, reduced):
+                trace.begin(it.name, it.tensor, self.compressor)
+                trace.note(step=f"{N} chunk packets, then chunk {self.rank} reduced")
+                trace.end(nbytes=sum(p.nbytes for p in s) + q.nbytes)
 
     def probe(self, tensors, link):
         c = copy.deepcopy(self.compressor)

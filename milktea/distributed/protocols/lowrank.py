@@ -58,8 +58,9 @@ class LowRank(Protocol):
         return r * (rows + cols) < rows * cols     # the factors must be smaller than the matrix
 
     def run(self, comm, items, step):
-        with trace.bucket("lowrank", step, self.rank):
-            self._run(comm, items, step)
+        if trace.ENABLED:
+            trace.hop("lowrank")
+        self._run(comm, items, step)
 
     def _matrix(self, it, v):
         """The matrix to compress: under error feedback the ledger itself, after
