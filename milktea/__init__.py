@@ -10,8 +10,6 @@ module on first use (PEP 562), so numba, torch.distributed and the plotting stac
 only when a part that needs them runs.
 """
 import importlib as _importlib
-import sys as _sys
-import types as _types
 
 __version__ = "0.1.0"
 
@@ -28,7 +26,8 @@ _WHERE = {
     **dict.fromkeys(["ErrorFeedback", "DGC", "MomentumCorrected", "warmup_ratio"], "feedback"),
     "EF21": "ef21",
     "Packet": "packet",
-    **dict.fromkeys(["History", "simulate"], "simulate"),
+    "History": "simulate",
+    "simulate": "simulate",   # the module itself: milktea.simulate.simulate (N workers in one process)
     **dict.fromkeys(["Digits", "Quadratic", "Targets", "Task"], "tasks"),
     "ddp": "ddp",  # the module itself: milktea.ddp.compress (DDP communication hooks)
     "fsdp": "fsdp",  # the package itself: milktea.fsdp.compress (FSDP2's collectives)
@@ -36,11 +35,7 @@ _WHERE = {
 }
 
 __all__ = list(_WHERE)
-
-# Public names that are also submodule names but mean something else (milktea.simulate is
-# the function, not the module), as they did when this file imported everything eagerly.
-_MODULES = {"ddp", "fsdp"}      # names that stand for the module itself
-_NOT_THE_MODULE = {name for name, where in _WHERE.items() if name == where and name not in _MODULES}
+_MODULES = {"ddp", "fsdp", "simulate"}     # public names that are submodules, as Python binds them too
 
 
 def __getattr__(name: str):
@@ -54,15 +49,3 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
-
-
-class _Package(_types.ModuleType):
-    def __setattr__(self, name, value):
-        # Importing milktea.simulate binds the submodule as an attribute of the package;
-        # keep the public function of that name instead (see _NOT_THE_MODULE).
-        if name in _NOT_THE_MODULE and isinstance(value, _types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package

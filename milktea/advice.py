@@ -81,31 +81,53 @@ def powersgd_ratio(shapes, rank: int = 4) -> float:
     return dense / sent
 
 
+#: The menu: each option is one of the library's schemes (its codec's record says its bytes
+#: and its protocol the collective), how hard it is to get right, and what it needs.
+MENU = {
+    "dense": ("dense", 0, N_("nothing")),
+    "bf16": ("bf16", 1, N_("one line; compare the loss curve with fp32 (7 mantissa bits, rounded again at every step of the sum)")),
+    "powersgd": ("powersgd", 3, N_("error feedback, dense warm-up steps (PyTorch's start_powerSGD_iter: 1000 by default, about a tenth "
+                                   "of training advised), a rank tuned to the model")),
+    "int8": ("int8", 2, N_("a chunk size (e.g. 1024) for the scales")),
+    "topk1%+EF": ("topk", 4, N_("error feedback, momentum correction, warm-up, dense biases and norms")),
+    "topk1%+int8+EF": ("topk-int8", 4, N_("error feedback, momentum correction, warm-up, dense biases and norms")),
+    "sign+EF": ("sign", 4, N_("error feedback (without it sign SGD stalls), momentum correction, a tuned learning rate")),
+}
+
+
+def scheme_wire(scheme: str, layer_shapes, rank: int = 4, ratio: float = 0.01) -> tuple[float, str]:
+    """(fp32 bytes / wire bytes, the collective) of a library scheme on these weight shapes:
+    the bytes its codec's record says a packet of each shape costs (`Codec.cost`), the
+    collective its protocol uses (`milktea.distributed.protocols.collective_for`).
+
+    >>> [(round(r, 2), c) for r, c in (scheme_wire(s, [(4096, 4096)]) for s in ("int8", "topk", "powersgd"))]
+    [(3.98, 'allgather'), (80.0, 'allgather'), (512.0, 'allreduce')]
+    """
+    import torch
+    from .compressors.codec import library
+    from .distributed.protocols import collective_for
+    record = next((r for r in library() if scheme in r.schemes), None)
+    if record is None:
+        raise ValueError(f"no library codec has a scheme {scheme!r}")
+    compressor = record.schemes[scheme][1](ratio, rank)
+    shapes = [tuple(s) for s in layer_shapes]
+    sent = sum(record.cost(compressor, shape, torch.float32) for shape in shapes)
+    return 4 * sum(math.prod(shape) for shape in shapes) / sent, collective_for(compressor)
+
+
 def options(codec_ns: dict, layer_shapes=((4096, 4096),), powersgd_rank: int = 4) -> list[Option]:
-    """The menu, with wire ratios from milktea's packets. `codec_ns`: the codec cost per
-    parameter in nanoseconds for every name in CODEC_NAMES (see `measure_codecs`).
-    `layer_shapes`: the model's weight shapes (PowerSGD's ratio depends on them)."""
+    """The menu (MENU), with wire ratios from milktea's packets on the model's weight shapes
+    (`scheme_wire`). `codec_ns`: the codec cost per parameter in nanoseconds for every name
+    in CODEC_NAMES (see `measure_codecs`)."""
     if not isinstance(codec_ns, dict) or set(CODEC_NAMES) - set(codec_ns):
         raise ValueError(f"codec_ns must give nanoseconds per parameter for each of {CODEC_NAMES} "
                          f"(measure_codecs() measures them here), got {codec_ns!r}")
     ns = dict(codec_ns, dense=0.0)
-    # wire ratios of milktea's packets on large tensors: values + 1-byte delta indices for
-    # Top-K at 1% (4+1 bytes per kept entry, 1+1 with int8 values and a few scales),
-    # 1 byte + a float32 scale per 1024 for int8, 1 bit + one scale for sign
-    return [
-        Option("dense", 1.0, "allreduce", ns["dense"], 0, N_("nothing")),
-        Option("bf16", 2.0, "allreduce", ns["bf16"], 1, N_("one line; compare the loss curve with fp32 (7 mantissa bits, rounded again at every step of the sum)")),
-        Option("powersgd", powersgd_ratio(layer_shapes, powersgd_rank), "allreduce", ns["powersgd"], 3,
-               N_("error feedback, dense warm-up steps (PyTorch's start_powerSGD_iter: 1000 by default, about a tenth "
-                  "of training advised), a rank tuned to the model")),
-        Option("int8", 4 / (1 + 4 / 1024), "allgather", ns["int8"], 2, N_("a chunk size (e.g. 1024) for the scales")),
-        Option("topk1%+EF", 100 * 4 / 5, "allgather", ns["topk1%+EF"], 4,
-               N_("error feedback, momentum correction, warm-up, dense biases and norms")),
-        Option("topk1%+int8+EF", 100 * 4 / 2.05, "allgather", ns["topk1%+int8+EF"], 4,
-               N_("error feedback, momentum correction, warm-up, dense biases and norms")),
-        Option("sign+EF", 32.0, "allgather", ns["sign+EF"], 4,
-               N_("error feedback (without it sign SGD stalls), momentum correction, a tuned learning rate")),
-    ]
+    out = []
+    for name, (scheme, complexity, needs) in MENU.items():
+        ratio, collective = scheme_wire(scheme, layer_shapes, powersgd_rank)
+        out.append(Option(name, ratio, collective, ns[name], complexity, needs))
+    return out
 
 
 @dataclass
@@ -152,7 +174,7 @@ def advise(params: float, workers: int, gbit: float, compute_s: float, *, latenc
 
     >>> free = {name: 0.0 for name in CODEC_NAMES}
     >>> advise(1e9, 8, 0.1, 0.5, codec_ns=free, local_steps=100).reasons[-1]
-    'local H=100 int8 does not pay here: 1.9 s per step against 1.56 s for powersgd (1.22x slower)'
+    'local H=100 int8 does not pay here: 1.91 s per step against 1.56 s for powersgd (1.22x slower)'
     >>> advise(1e9, 8, 0.1, 0.5, codec_ns=free, local_steps=500).choice
     'local H=500 int8'
     """
@@ -177,7 +199,8 @@ def advise(params: float, workers: int, gbit: float, compute_s: float, *, latenc
     per_step = list(rows)
     if local_steps is not None:
         H = check_int(local_steps, "local_steps", 2)
-        for name, ratio, codec in ((f"local H={H}", 1.0, 0.0), (f"local H={H} int8", 4.0, codec_ns["int8"])):
+        int8 = scheme_wire("int8", shapes)[0]
+        for name, ratio, codec in ((f"local H={H}", 1.0, 0.0), (f"local H={H} int8", int8, codec_ns["int8"])):
             comm = cost.comm_time(nbytes / ratio, workers, link, "allreduce")
             rows.append({"scheme": name, "collective": "allreduce", "R": ratio * H, "MB per worker": nbytes / ratio / 1e6,
                          "comm s": comm / H, "codec s": codec * 1e-9 * params / H,

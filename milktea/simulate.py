@@ -221,7 +221,11 @@ class _CompressedAllReduce:
         return update, [sum(p.nbytes for p in r.last[0]) for r in self.ranks]
 
 
-PROTOCOLS = ("allgather", "compressed_allreduce")
+#: the protocols `simulate(protocol=...)` can impose on any compressor: those whose packets
+#: are each rank's own (all-gathered) or chunked and reduced (the compressed all-reduce); a
+#: compressor's own protocol is always simulated (PowerSGD's factors, summed on the way)
+PROTOCOLS = tuple(name for name, cls in protocols.PROTOCOLS.items()
+                  if cls.collective in ("allgather", "compressed_allreduce") and not cls.summed)
 
 
 def _rate(schedule, step: int) -> float:
@@ -313,8 +317,9 @@ def simulate(task: Task, compressor=None, *, workers: int = 8, steps: int = 200,
     rows = torch.arange(workers, device=device)[:, None]
 
     if protocol is None and compressor is not None and optimizer is None:
-        protocol = "compressed_allreduce" if protocols.protocol_of(compressor) == "compressed_allreduce" else None
-    if protocol == "compressed_allreduce":
+        own = protocols.protocol_of(compressor)
+        protocol = own if protocols.get(own).collective == "compressed_allreduce" else None
+    if protocol is not None and protocols.get(protocol).collective == "compressed_allreduce":
         exchange = _CompressedAllReduce(compressor, error_feedback, workers, flat)
     else:
         exchange = _Exchange(compressor, error_feedback, workers, named, flat, per_layer, batched)

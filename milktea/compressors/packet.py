@@ -273,3 +273,31 @@ def read(head, pos: int, data: torch.Tensor, off: int | None) -> tuple[Packet, i
                         ("numel", n), ("device", data.device)):
         set_(packet, name, value)
     return packet, end, off
+
+
+def lay_out(packets) -> tuple[torch.Tensor, int]:
+    """Packets as one byte string laid out as the DDP hook sends them: every packet's parts,
+    then every packet's header; and the headers' length (what a receiver copies to the host
+    to read them all: `read_laid`).
+
+    >>> from milktea import Sign
+    >>> data, tail = lay_out([Sign().compress(torch.ones(8)), Sign().compress(-torch.ones(16))])
+    >>> [p.numel for p in read_laid(data, data[data.numel() - tail:].numpy(), 2)]
+    [8, 16]
+    """
+    device = packets[0].device
+    parts = [q for p in packets for q in p.parts]
+    head = b"".join(p.header() for p in packets)
+    parts.append(torch.frombuffer(bytearray(head), dtype=torch.uint8).to(device))
+    return torch.cat(parts), len(head)
+
+
+def read_laid(data: torch.Tensor, head, count: int) -> list[Packet]:
+    """The `count` packets of a byte string `lay_out` made (`head`: its last bytes, the
+    headers, on the host), each header parsed once, the parts views of `data`."""
+    body = data[: data.numel() - len(head)]
+    out, at, off = [], 0, 0
+    for _ in range(count):
+        packet, at, off = read(head, at, body, off)
+        out.append(packet)
+    return out

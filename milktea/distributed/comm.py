@@ -144,17 +144,26 @@ class Comm:
 
     def all_to_all_bytes(self, payloads: list[torch.Tensor], step: int = 0) -> list[torch.Tensor]:
         """payloads[j] (uint8) goes to rank j; returns what every rank sent to this one, in
-        rank order. Sizes differ, so the N x N size table is all-gathered first, then every
-        payload is padded to the largest and exchanged with one all_to_all_single (gloo and
-        NCCL both have it for equal splits)."""
+        rank order (see `all_to_all_tailed`)."""
+        return self.all_to_all_tailed(payloads, None, step)[0]
+
+    def all_to_all_tailed(self, payloads: list[torch.Tensor], tails: list[int] | None, step: int = 0):
+        """(what every rank sent to this one, in rank order; the last tails[this rank] bytes
+        of each, on the host, where `tails` is given: the headers of packets laid out by
+        `lay_out`). Sizes differ, so the N x N size table is all-gathered first (with the
+        tails), then every payload is padded to the largest and exchanged with one
+        all_to_all_single (gloo and NCCL both have it for equal splits)."""
         W, dev = self.world, payloads[0].device
         if len(payloads) != W:
             raise ValueError(f"need one payload per rank ({W}), got {len(payloads)}")
-        mine = torch.tensor([p.numel() for p in payloads], dtype=torch.int64, device=dev)
-        table = torch.empty(W * W, dtype=torch.int64, device=dev)
+        mine = torch.tensor([p.numel() for p in payloads] + (list(tails) if tails is not None else []),
+                            dtype=torch.int64, device=dev)
+        table = torch.empty(W * mine.numel(), dtype=torch.int64, device=dev)
         issued = time.perf_counter()
-        self._wait(self._gather(table, mine), "allgather", 8 * W, step, issued)
-        table = table.view(W, W)                       # table[i, j]: bytes rank i sends to rank j
+        self._wait(self._gather(table, mine), "allgather", 8 * mine.numel(), step, issued)
+        table = table.view(W, -1)
+        got_tails = table[:, W + self.rank].tolist() if tails is not None else None
+        table = table[:, :W]                           # table[i, j]: bytes rank i sends to rank j
         width = int(table.max())
         send = torch.zeros(W, width, dtype=torch.uint8, device=dev)
         for j, p in enumerate(payloads):
@@ -164,4 +173,11 @@ class Comm:
         work = dist.all_to_all_single(recv.view(-1), send.view(-1), group=self.group, async_op=True)
         self._wait(work, "alltoall", width, step, issued)
         sizes = table[:, self.rank].tolist()
-        return [recv[i, : sizes[i]] for i in range(W)]
+        got = [recv[i, : sizes[i]] for i in range(W)]
+        if got_tails is None:
+            return got, None
+        if dev.type == "cpu":
+            return got, [g[g.numel() - t:].numpy() for g, t in zip(got, got_tails)]
+        host = torch.cat([g[g.numel() - t:] for g, t in zip(got, got_tails)]).cpu().numpy()
+        ends = torch.tensor([0] + got_tails).cumsum(0).tolist()
+        return got, [host[a:b] for a, b in zip(ends, ends[1:])]

@@ -36,7 +36,7 @@ import torch
 from milktea.compressors import Compressor
 from milktea.distributed.checkpoint import coder_state, load_coder_state
 from milktea.feedback import ErrorFeedback
-from milktea.compressors.packet import Packet
+from milktea.compressors.packet import Packet, lay_out, read_laid
 
 PROTOCOL = "compressed_allreduce"
 
@@ -195,10 +195,12 @@ def allreduce(state: CompressedAllReduce, x: torch.Tensor, comm, step: int = 0,
         raise ValueError(f"state is for rank {state.rank} of {state.workers}, this process is rank "
                          f"{comm.rank} of {comm.world}")
     sent = state.encode(x)
-    mine = comm.all_to_all_bytes([p.to_tensor() for p in sent], step)
-    reduced = state.reduce([Packet.from_tensor(p) for p in mine])
-    parts = comm.all_gather_bytes(reduced.to_tensor(), step)
-    got = [Packet.from_tensor(p) for p in parts]
+    laid = [lay_out([p]) for p in sent]            # each packet's parts, then its header
+    mine, heads = comm.all_to_all_tailed([d for d, _ in laid], [t for _, t in laid], step)
+    reduced = state.reduce([read_laid(m, h, 1)[0] for m, h in zip(mine, heads)])
+    payload, tail = lay_out([reduced])
+    parts, heads = comm.all_gather_tailed(payload, tail, step)
+    got = [read_laid(p, h, 1)[0] for p, h in zip(parts, heads)]
     state.last = (sent, reduced)
     return state.decode(got, out=out).view_as(x)
 

@@ -42,13 +42,15 @@ def test_torchft_loads_only_when_a_fault_tolerant_run_starts():
     assert not [m for m in loaded if m == "torchft" or m.startswith("torchft.")]
 
 
-def test_a_submodule_import_keeps_the_public_function():
-    # importing milktea.simulate (the module) binds it on the package; the function must win
+def test_milktea_simulate_is_the_module_whichever_is_imported_first():
+    # no name of the package is the function in one import order and the module in another
+    # (the package's class is never swapped to hide the submodule)
     loaded = subprocess.run(
-        [sys.executable, "-c", "import milktea.simulate, milktea\n"
-         "from milktea.simulate import History\nprint(callable(milktea.simulate))"],
+        [sys.executable, "-c", "import milktea\nfirst = milktea.simulate\nimport milktea.simulate\n"
+         "from milktea.simulate import History, simulate\n"
+         "print(first is milktea.simulate, callable(simulate), type(milktea).__name__)"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=True)
-    assert loaded.stdout.strip() == "True"
+    assert loaded.stdout.strip() == "True True module"
 
 
 def test_numba_loads_only_for_a_tensor_that_needs_it():

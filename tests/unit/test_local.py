@@ -97,7 +97,7 @@ def test_one_inner_step_with_outer_lr1_is_synchronous_data_parallel():
     kw = dict(workers=4, steps=30, batch=16, seed=3)
     local = simulate(task, DiLoCo(inner_steps=1, inner=SGD(lr=0.2), outer=OuterSGD(lr=1.0, momentum=0.0)),
                      eval_every=10, **kw)
-    sync = milktea.simulate(task, None, lr=0.2, momentum=0.0, eval_every=10, progress=False, device="cpu", **kw)
+    sync = milktea.simulate.simulate(task, None, lr=0.2, momentum=0.0, eval_every=10, progress=False, device="cpu", **kw)
     dp = simulate(task, DataParallel(SGD(lr=0.2)), eval_every=10, **kw)
     assert local.eval_steps == sync.eval_steps == dp.eval_steps
     for run in (local, dp):          # the same batches and steps: equal up to float rounding

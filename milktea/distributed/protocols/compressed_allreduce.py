@@ -5,10 +5,9 @@ from __future__ import annotations
 import copy
 import time
 
-import torch
 
 from milktea import cost, trace
-from milktea.compressors.packet import Packet
+from milktea.compressors.packet import lay_out, read_laid
 from milktea.distributed.compressed_allreduce import PROTOCOL, CompressedAllReduce
 
 from .base import Protocol, log, register, stream_of
@@ -42,19 +41,19 @@ class CompressedAllReduceProtocol(Protocol):
         N = self.world
         t0 = time.perf_counter()
         sent = [self.car(it.name).encode(it.tensor) for it in items]
-        payloads = [torch.cat([s[j].to_tensor() for s in sent]) for j in range(N)]
+        laid = [lay_out([s[j] for s in sent]) for j in range(N)]    # packets for rank j: parts, then headers
         log(comm, step, compress_s=time.perf_counter() - t0, payload_bytes=sum(p.nbytes for s in sent for p in s))
-        got = comm.all_to_all_bytes(payloads, step)
+        got, heads = comm.all_to_all_tailed([d for d, _ in laid], [t for _, t in laid], step)
         t0 = time.perf_counter()
-        offsets = [0] * N
-        reduced = [self.car(it.name).reduce(_next_packets(got, offsets)) for it in items]
-        payload = torch.cat([q.to_tensor() for q in reduced])
+        mine = [read_laid(g, h, len(items)) for g, h in zip(got, heads)]      # mine[i][k]: rank i, item k
+        reduced = [self.car(it.name).reduce([m[k] for m in mine]) for k, it in enumerate(items)]
+        payload, tail = lay_out(reduced)
         log(comm, step, compress_s=time.perf_counter() - t0)
-        parts = comm.all_gather_bytes(payload, step)
+        parts, heads = comm.all_gather_tailed(payload, tail, step)
         t0 = time.perf_counter()
-        offsets = [0] * N
-        for it in items:
-            self.car(it.name).decode(_next_packets(parts, offsets), out=it.tensor.view(-1))
+        every = [read_laid(p, h, len(items)) for p, h in zip(parts, heads)]
+        for k, it in enumerate(items):
+            self.car(it.name).decode([e[k] for e in every], out=it.tensor.view(-1))
         log(comm, step, decode_s=time.perf_counter() - t0)
         if trace.ENABLED:
             trace.hop(PROTOCOL)
@@ -81,16 +80,6 @@ class CompressedAllReduceProtocol(Protocol):
         self.cars.clear()
         for name, saved in state["cars"].items():
             self.car(name).load_state_dict(saved)
-
-
-def _next_packets(parts, offsets) -> list[Packet]:
-    """The next packet in each rank's byte string (parts[r] from offsets[r]), advancing the offsets."""
-    out = []
-    for r, part in enumerate(parts):
-        p = Packet.from_tensor(part[offsets[r]:])
-        offsets[r] += p.nbytes
-        out.append(p)
-    return out
 
 
 register(PROTOCOL, CompressedAllReduceProtocol)
