@@ -72,3 +72,16 @@ def test_a_nan_in_any_row_is_refused_as_one_worker_refuses_it():
     G[2, 4] = float("nan")
     with pytest.raises(ValueError, match="non-finite"):
         Ledger().step_rows(Sign(), G)
+
+
+@pytest.mark.parametrize("ledger", ["ef", "dgc", "mc", "mc-int4", "ef21"])
+def test_a_ready_made_ledger_steps_w_workers_at_once_as_each_alone(ledger):
+    from milktea import DGC, EF21, MomentumCorrected
+    make = {"ef": lambda: ErrorFeedback(TopK(0.05)), "dgc": lambda: DGC(0.05, momentum=0.9, clip=1.0, warmup_steps=2),
+            "mc": lambda: MomentumCorrected(TopK(0.05), momentum=0.9, masking=True),
+            "mc-int4": lambda: MomentumCorrected(Quantize(4, stochastic=True), momentum=0.5),
+            "ef21": lambda: EF21(Sign())}[ledger]
+    run = dict(workers=5, steps=8, batch=16, progress=False, device="cpu", eval_every=4)
+    a = simulate(Digits(hidden=8), make(), batched=True, **run)
+    b = simulate(Digits(hidden=8), make(), batched=False, **run)
+    assert a.loss == b.loss and a.bytes_sent == b.bytes_sent and a.evals == b.evals

@@ -73,12 +73,12 @@ def test_without_nccl_auto_falls_back_to_the_cpu(gpus, monkeypatch):
 def test_simulate_takes_its_device_through_the_rule():
     task = milktea.Quadratic()
     with pytest.raises(ValueError, match="argument device is 'bogus'; use one of"):
-        milktea.simulate(task, None, workers=2, steps=1, device="bogus")
+        milktea.simulate.simulate(task, None, workers=2, steps=1, device="bogus")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available.*Use 'cpu'"):
-            milktea.simulate(task, None, workers=2, steps=1, device="cuda")
+            milktea.simulate.simulate(task, None, workers=2, steps=1, device="cuda")
     with pytest.raises(TypeError, match="device must be a str"):
-        milktea.simulate(task, None, workers=2, steps=1, device=0)
+        milktea.simulate.simulate(task, None, workers=2, steps=1, device=0)
     assert pick_device(torch.device("cpu")) == torch.device("cpu")
 
 

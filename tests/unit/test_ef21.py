@@ -1,11 +1,10 @@
 """EF21 against a float64 reference written from the paper, its ledger's invariants, the
-batched path, and chapter 04's case (classic error feedback stalls where EF21 does not)."""
+W workers at once (the simulator's rows), and chapter 04's case (classic error feedback stalls where EF21 does not)."""
 import numpy as np
 import pytest
 import torch
 
-from milktea import EF21, ErrorFeedback, Quantize, Sign, TopK
-from milktea.batched import batch_for
+from milktea import EF21, Quantize, Sign, TopK
 from milktea.experiments import ledger as L
 from milktea.i18n import speaking
 from milktea.simulate import simulate
@@ -86,23 +85,28 @@ def test_state_resumes_bit_for_bit_and_bad_input_is_refused():
     assert bf.compress(torch.tensor([1.0, 2.0], dtype=torch.bfloat16)).dtype == torch.float32
 
 
-@pytest.mark.parametrize("comp", [TopK(k=7), TopK(0.5), Sign(), Quantize(4, chunk=64)], ids=repr)
-def test_batched_is_the_per_worker_path(comp):
+@pytest.mark.parametrize("comp", [TopK(k=7), TopK(0.5), Sign(), Quantize(4, chunk=64), Quantize(4, stochastic=True)],
+                         ids=repr)
+def test_w_workers_at_once_is_the_per_worker_path(comp):
     W, n = 5, 211
     slow = [EF21(comp.fork(w)) for w in range(W)]
-    fast = [EF21(comp.fork(w)) for w in range(W)]
-    batch = batch_for(fast, (n,))
-    assert batch is not None
-    assert batch_for([EF21(TopK(k=1)), ErrorFeedback(TopK(k=1))], (n,)) is None   # no mixed ledgers
+    fast = EF21(comp.fork(0))                   # the simulator's one copy for W rows
     gen = torch.Generator().manual_seed(2)
     for _ in range(4):
         G = torch.randn(W, n, generator=gen)
         packets = [s.compress(g) for s, g in zip(slow, G)]
-        want = comp.aggregate(packets)
-        got, sizes = batch(G.clone())
-        assert torch.equal(got, want) and sizes == [p.nbytes for p in packets]
-        for a, b in zip(slow, fast):
-            assert torch.equal(a.residual, b.residual) and torch.equal(a.last, b.last)
+        got = fast.compress_rows(G.clone())
+        assert [p.to_bytes() for p in got] == [p.to_bytes() for p in packets]
+        for w, a in enumerate(slow):
+            assert torch.equal(a.residual, fast.residual[w]) and torch.equal(a.last, fast.last[w])
+
+
+def test_the_simulator_runs_ef21_the_same_either_way():
+    run = dict(workers=4, steps=8, batch=16, progress=False, device="cpu", eval_every=4)
+    from milktea.tasks import Digits
+    a = simulate(Digits(hidden=8), EF21(TopK(0.05)), batched=True, **run)
+    b = simulate(Digits(hidden=8), EF21(TopK(0.05)), batched=False, **run)
+    assert a.loss == b.loss and a.bytes_sent == b.bytes_sent and a.evals == b.evals
 
 
 def test_classic_ledger_stalls_where_ef21_goes_on():

@@ -6,7 +6,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from compressor_zoo import ZOO
-from milktea import QSGD, Quadratic, Quantize, Sign, TopK, simulate
+from milktea import QSGD, Quadratic, Quantize, Sign, TopK
+from milktea.simulate import simulate
 from milktea.distributed import hooks, schemes
 from milktea.ledger import use_ledger
 

@@ -3,12 +3,12 @@ half-precision ledgers, refused gradients, and the two kernel paths bit for bit.
 import pytest
 import torch
 
-from milktea import (QSGD, Cast, Chain, ErrorFeedback, Quadratic, Quantize, RandomK, Sign, TernGrad,
-                     TopK, kernels, simulate)
+from milktea import QSGD, Cast, Chain, ErrorFeedback, Quadratic, Quantize, RandomK, Sign, TernGrad, TopK, kernels
 from milktea.bits import unpack
 from milktea.compressors import sparse_decode
 from milktea.cost import Link, fit_allreduce_link, ring_allreduce_time
 from milktea.ledger import Ledger
+from milktea.simulate import simulate
 from milktea.experiments.gradients import flat_gradient
 
 FMAX = torch.finfo(torch.float32).max
