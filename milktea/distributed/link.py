@@ -61,15 +61,18 @@ class EmulatedLink:
 
 
 def settle(work, collective: str, nbytes: int, workers: int, link: EmulatedLink | None = None, log=None,
-           step: int = 0, issued: float = 0.0, end: float | None = None) -> None:
+           step: int = 0, issued: float = 0.0, end: float | None = None,
+           seconds: float | None = None) -> tuple[float, float]:
     """The one wait for a collective: torch's `work` (None: done already), issued at
     `issued`, moving `nbytes` per rank with `collective` over `workers` ranks; then the
-    emulated link's time for it (booked on the link's timeline from `issued`, unless
-    `end` says when it was booked to end), and its bytes and seconds in `log` (a
-    StatsLog) under `step`."""
+    emulated link's time for it (`link.predict`, or `seconds` where the caller prices a
+    collective the cost model's `comm_time` does not name, such as FSDP's reduce-scatter;
+    booked on the link's timeline from `issued`, unless `end` says when it was booked to
+    end), and its bytes and seconds in `log` (a StatsLog) under `step`. Returns (seconds
+    since `issued`, the link's seconds: 0 without a link)."""
     predicted = 0.0
     if link is not None:
-        predicted = link.predict(collective, nbytes, workers)
+        predicted = link.predict(collective, nbytes, workers) if seconds is None else seconds
         if end is None:
             end = link.occupy(issued, predicted)
     if work is not None:
@@ -78,9 +81,11 @@ def settle(work, collective: str, nbytes: int, workers: int, link: EmulatedLink 
         left = end - time.perf_counter()
         if left > 0:
             time.sleep(left)
+    comm_s = time.perf_counter() - issued
     if log is not None:
-        log.add(step, comm_s=time.perf_counter() - issued, wire_bytes=cost.wire_bytes(nbytes, workers, collective),
+        log.add(step, comm_s=comm_s, wire_bytes=cost.wire_bytes(nbytes, workers, collective),
                 predicted_comm_s=predicted, collectives=1, op=(collective, nbytes))
+    return comm_s, predicted
 
 
 class Pending:

@@ -40,12 +40,13 @@ def encode(views, keys, coders, *, ledger: bool, min_size: int) -> torch.Tensor:
         else:
             packets.append(coders.coder(key).compress(v))
     device = views[0].device if views else torch.device("cpu")
-    out = torch.empty(sum(p.nbytes for p in packets), dtype=torch.uint8, device=device)
-    at = 0
-    for p in packets:                     # each packet's bytes written once, where they travel from
-        p.write_into(out[at: at + p.nbytes])
-        at += p.nbytes
-    return out
+    pieces = []
+    for p in packets:                     # each packet as it crosses alone: header, then parts
+        pieces.append(torch.frombuffer(bytearray(p.header()), dtype=torch.uint8))
+        pieces.extend(p.parts)
+    if not pieces:
+        return torch.empty(0, dtype=torch.uint8, device=device)
+    return torch.cat([q.to(device) for q in pieces])        # each packet's bytes written once
 
 
 def _packets(payload: torch.Tensor, views):

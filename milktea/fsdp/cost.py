@@ -36,7 +36,8 @@ holds P/N. The transient full weights of the layer being computed are not counte
 from __future__ import annotations
 
 from ..checks import check_choice, check_int, check_number
-from ..cost import Link, allgather_time, ring_allreduce_bytes, ring_allreduce_time
+from ..cost import (Link, allgather_bytes, alltoall_bytes, alltoall_time, ring_allreduce_bytes,
+                    ring_allreduce_time)
 
 STAGES = (0, 1, 2, 3)
 LEDGERS = (None, "worker", "shard")
@@ -58,20 +59,18 @@ def reduce_scatter_time(nbytes, workers: int, link: Link) -> float:
 
 def all_gather_bytes(shard_nbytes, workers: int) -> float:
     """Bytes a rank sends in a ring all-gather of `shard_nbytes` per rank: (N-1) shards."""
-    S, N = check_number(shard_nbytes, "shard_nbytes", 0), check_int(workers, "workers", 1)
-    return (N - 1) * S
+    return allgather_bytes(shard_nbytes, workers)
 
 
 def all_to_all_bytes(chunk_nbytes, workers: int) -> float:
     """Bytes a rank sends in an all-to-all with `chunk_nbytes` for each other rank: (N-1) chunks."""
-    C, N = check_number(chunk_nbytes, "chunk_nbytes", 0), check_int(workers, "workers", 1)
-    return (N - 1) * C
+    return alltoall_bytes(chunk_nbytes, workers)
 
 
 def all_to_all_time(chunk_nbytes, workers: int, link: Link) -> float:
     """All-to-all of `chunk_nbytes` per pair: N-1 messages out of each rank,
     (N-1) (alpha + C / B), the time of an all-gather of one chunk."""
-    return allgather_time(chunk_nbytes, workers, link)
+    return alltoall_time(chunk_nbytes, workers, link)
 
 
 def bytes_per_entry(compressor, numel: int = 65536, dtype=None) -> float:

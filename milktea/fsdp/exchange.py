@@ -22,7 +22,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from ..distributed.link import EmulatedLink
+from ..distributed.link import EmulatedLink, settle
 from . import cost as fcost
 
 # torch >= 2.10 names it all_gather_single (the old name warns)
@@ -39,17 +39,11 @@ class Wire:
                             f"got {type(link).__name__}")
         self.link = link
 
-    def _wait(self, issued: float, work, seconds: float) -> tuple[float, float]:
-        """Finish a collective issued at `issued`, on the link if there is one: (comm s, link s)."""
-        end = self.link.occupy(issued, seconds) if self.link is not None else issued
-        if work is not None:
-            work.wait()
-        if self.link is not None:
-            self.link.wait_until(end)
-        return time.perf_counter() - issued, (seconds if self.link is not None else 0.0)
-
-    def _model(self, fn, *args) -> float:
-        return fn(*args, self.link.link) if self.link is not None else 0.0
+    def _wait(self, issued: float, work, collective: str, nbytes: int, world: int,
+              seconds: float | None = None) -> tuple[float, float]:
+        """Finish a collective issued at `issued`, on the link if there is one (the library's
+        one wait, `milktea.distributed.link.settle`): (comm s, link s)."""
+        return settle(work, collective, nbytes, world, self.link, issued=issued, seconds=seconds)
 
     def size_table(self, sizes: list[int], group, device) -> tuple[torch.Tensor, "Sent"]:
         """table[i, j]: the bytes rank i sends rank j (one all-gather of N int64 per rank)."""
@@ -58,7 +52,7 @@ class Wire:
         table = torch.empty(world * world, dtype=torch.int64, device=device)
         issued = time.perf_counter()
         work = _all_gather_flat(table, mine, group=group, async_op=True)
-        comm_s, link_s = self._wait(issued, work, self._model(fcost.all_to_all_time, 8 * world, world))
+        comm_s, link_s = self._wait(issued, work, "allgather", 8 * world, world)
         return table.view(world, world), Sent(fcost.all_gather_bytes(8 * world, world), comm_s, link_s)
 
     def all_to_all(self, payloads: list[torch.Tensor], group) -> tuple[list[torch.Tensor], "Sent"]:
@@ -78,7 +72,7 @@ class Wire:
         recv = torch.empty(world, width, dtype=torch.uint8, device=dev)
         issued = time.perf_counter()
         work = dist.all_to_all_single(recv.view(-1), send.view(-1), group=group, async_op=True)
-        c, k = self._wait(issued, work, self._model(fcost.all_to_all_time, width, world))
+        c, k = self._wait(issued, work, "alltoall", width, world)
         sizes = table[:, rank].tolist()
         got = [payloads[rank] if i == rank else recv[i, : sizes[i]] for i in range(world)]
         return got, Sent(first.bytes + sum(int(payloads[j].numel()) for j in others), first.comm_s + c,
@@ -96,7 +90,7 @@ class Wire:
         out = torch.empty(world * width, dtype=torch.uint8, device=dev)
         issued = time.perf_counter()
         work = _all_gather_flat(out, send, group=group, async_op=True)
-        c, k = self._wait(issued, work, self._model(fcost.all_to_all_time, width, world))
+        c, k = self._wait(issued, work, "allgather", width, world)
         sent = first.bytes + fcost.all_gather_bytes(payload.numel(), world)
         return ([out[r * width: r * width + m] for r, m in enumerate(sizes)],
                 Sent(sent, first.comm_s + c, first.link_s + k))
@@ -106,7 +100,8 @@ class Wire:
         world, nbytes = group.size(), input.numel() * input.element_size()
         issued = time.perf_counter()
         work = dist.reduce_scatter_single(output, input, group=group, op=op, async_op=True)
-        comm_s, link_s = self._wait(issued, work, self._model(fcost.reduce_scatter_time, nbytes, world))
+        comm_s, link_s = self._wait(issued, work, "reduce_scatter", nbytes, world,
+                                    fcost.reduce_scatter_time(nbytes, world, self.link.link) if self.link else None)
         return Sent(fcost.reduce_scatter_bytes(nbytes, world), comm_s, link_s)
 
     def all_gather_dense(self, output, input, group) -> "Sent":
@@ -114,7 +109,7 @@ class Wire:
         world, nbytes = group.size(), input.numel() * input.element_size()
         issued = time.perf_counter()
         work = _all_gather_flat(output, input, group=group, async_op=True)
-        comm_s, link_s = self._wait(issued, work, self._model(fcost.all_to_all_time, nbytes, world))
+        comm_s, link_s = self._wait(issued, work, "allgather", nbytes, world)
         return Sent(fcost.all_gather_bytes(nbytes, world), comm_s, link_s)
 
     def __repr__(self) -> str:
