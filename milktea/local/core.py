@@ -141,10 +141,10 @@ class Core:
                 "recovery_bytes": self.recovery_bytes,
                 "quorum": [[t, f, list(ws)] for t, f, ws in self.quorum]}
 
-    def load_state_dict(self, state: dict) -> None:
-        if tuple(state["rows"].shape) != tuple(self.rows.shape):
-            raise ValueError(f"the saved state has {tuple(state['rows'].shape)} local parameters, this run "
-                             f"{tuple(self.rows.shape)}: same task, workers and scheme needed")
+    def take_books(self, state: dict) -> None:
+        """The step count, head office's parameters, the local parameters and both optimizers'
+        states from `state` (a saved run's, or a peer's to a rejoining replica group)."""
+        dev = self.theta.device
         self.t = int(state["t"])
         self.theta.copy_(state["theta"])
         self.rows.copy_(state["rows"])
@@ -153,7 +153,13 @@ class Core:
                 self.opt_state[k].copy_(v)
             else:
                 self.opt_state[k] = None if v is None else list(v)
-        self.outer_state = [{k: v.clone() for k, v in s.items()} for s in state["outer"]]
+        self.outer_state = [{k: v.clone().to(dev) for k, v in s.items()} for s in state["outer"]]
+
+    def load_state_dict(self, state: dict) -> None:
+        if tuple(state["rows"].shape) != tuple(self.rows.shape):
+            raise ValueError(f"the saved state has {tuple(state['rows'].shape)} local parameters, this run "
+                             f"{tuple(self.rows.shape)}: same task, workers and scheme needed")
+        self.take_books(state)
         self.reports.load_state_dict(state["reports"])
         self.tokens = [list(r) for r in state["tokens"]]
         self.pending = {int(f): (int(land), x.clone()) for f, (land, x) in state["pending"].items()}

@@ -118,15 +118,7 @@ class FTCore(Core):
             raise ValueError(f"replica group {self.group} was sent the state of a run of {state['scheme']}, but it "
                              f"runs {self.scheme!r}: every group of a run needs the same scheme")
         dev = self.theta.device
-        self.t = int(state["t"])
-        self.theta.copy_(state["theta"])
-        self.rows.copy_(state["rows"])
-        for k, v in state["opt"].items():
-            if isinstance(v, torch.Tensor):
-                self.opt_state[k].copy_(v)
-            else:
-                self.opt_state[k] = None if v is None else list(v)
-        self.outer_state = [{k: v.clone().to(dev) for k, v in s.items()} for s in state["outer"]]
+        self.take_books(state)
         self.pending = {int(f): (int(land), x.clone().to(dev)) for f, (land, x) in state["pending"].items()}
         self.tokens = [[0] * len(self.slices)]
         self.reports.reset_ledger(self.group)          # rebuilt from zero, never a peer's
