@@ -35,6 +35,7 @@ import torch
 
 from ..compressors import Quantize, TopK
 from ..tables import text_table
+from . import finish
 
 INT8, INT4 = Quantize(bits=8, chunk=256), Quantize(bits=4, chunk=256)
 CONFIGS = {
@@ -193,12 +194,7 @@ def main(argv=None) -> int:
           f"{64}-{a.width}x{a.layers - 1}-10, {a.batch} examples per rank per step")
     res["targets"] = report(res)
     print(f"\n{res['wall_s']:.0f} s in all")
-    if a.json:
-        os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1, default=str)
-        print(f"wrote {a.json}")
-    return 0
+    return finish(res, a.json)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ the new process, so it is longer on a busy machine.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 
@@ -28,6 +27,7 @@ from ..experiments import local as lx
 from ..i18n import _
 from ..experiments import local_ft as fx
 from ..tables import markdown_table
+from . import finish
 
 H = 20
 
@@ -93,15 +93,9 @@ def main(argv=None) -> int:
                   + (f"rejoined at {k['rejoined']:.1f} s (outer step {k['rejoined_step']})" if k["rejoined"] is not None
                      else "never rejoined"))
     print()
-    for t in res["targets"]:
-        print(("[ok] " if t["ok"] else "[MISSED] ") + t["text"])
+    finish(res, None, res["targets"])
     print(f"\n{res['wall_s']:.0f} s in all")
-    if a.json:
-        os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=2, default=str)
-        print(f"wrote {a.json}")
-    return 0
+    return finish(res, a.json)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,13 @@ the held-out loss and perplexity after the last step and the wire ratio. A few m
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 import torch
 
 from ..experiments.gpt import default_schemes, gradient_stats, runs_table, side_by_side
 from ..tasks import CharGPT
+from . import finish
 
 
 def run(workers: int = 8, steps: int = 30, batch: int = 4, lr: float = 0.1, momentum: float = 0.9,
@@ -57,12 +57,7 @@ def main(argv=None) -> int:
     for kind, k in res["by_kind"].items():
         print(f"{kind:>12}: {k['tensors']:2d} tensors, {k['share of numbers']:6.1%} of the numbers, "
               f"{k['share of norm^2']:6.1%} of the squared norm")
-    if a.json:
-        os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=2, default=str)
-        print(f"\nwrote {a.json}")
-    return 0
+    return finish(res, a.json)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ byte ratios depend only on H, the compressor and the model's size, not on the st
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 
@@ -26,6 +25,7 @@ from ..experiments import local as lx
 from ..local import Outage
 from ..tables import markdown_table
 from ..tasks import CharGPT
+from . import finish
 
 
 def run(steps: int = 3000, warm: int = 500, workers: int = 4, batch: int = 8, seed: int = 0,
@@ -71,15 +71,9 @@ def main(argv=None) -> int:
     print(f"{res['workers']} simulated workers x {res['batch']} windows, {res['steps']} inner steps each after "
           f"{res['warm']} steps of DDP, the same tokens for every run\n")
     print(res["table"] + "\n")
-    for t in res["targets"]:
-        print(("[ok] " if t["ok"] else "[MISSED] ") + t["text"])
+    finish(res, None, res["targets"])
     print(f"\n{res['wall_s']:.0f} s in all")
-    if a.json:
-        os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=2, default=str)
-        print(f"wrote {a.json}")
-    return 0
+    return finish(res, a.json)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ side in the same process.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 import torch
@@ -19,6 +18,7 @@ from torch.func import functional_call, grad, vmap
 from ..simulate import simulate
 from ..tasks import Digits
 from .timing import measure, table
+from . import finish
 
 
 def gradient_step(task: Digits, workers: int, batch: int, repeat: int = 5) -> dict:
@@ -98,12 +98,7 @@ def main(argv=None) -> int:
                  vs_dense=f"{r['vs_dense']:.1f}x", ratio=f"{r['ratio']:.1f}", accuracy=f"{r['accuracy']:.1%}")
             for r in res["runs"]]
     print(table(rows, ["scheme", "wall_s", "ms_per_step", "vs_dense", "ratio", "accuracy"]))
-    if args.json:
-        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=2)
-        print(f"\nwrote {args.json}")
-    return 0
+    return finish(res, args.json)
 
 
 if __name__ == "__main__":
