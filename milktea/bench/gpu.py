@@ -7,7 +7,10 @@
 2. the simulator on CUDA: 64 workers, dense beside Top-1%+EF, and the batched path
    checked against one call per worker (bit for bit) for Top-K, Sign and int8;
 3. the DDP hook on one GPU over NCCL (world size 1): three Top-1%+EF steps;
-4. chapters 01 and 03 run top to bottom with MILKTEA_DEVICE=cuda (nbclient).
+4. milktea.fsdp on two GPUs over NCCL (skipped with one: NCCL takes one rank per GPU, and
+   one rank sends nothing): FSDP2 with int8 gradients and weights beside FSDP2's own
+   collectives (compressor=None, the same parameters bit for bit);
+5. chapters 01 and 03 run top to bottom with MILKTEA_DEVICE=cuda (nbclient).
 
 Prints one line per check and a table; exits 1 if any check failed. Without CUDA it
 prints a SKIP line and exits 0: nothing in milktea needs a GPU.
@@ -92,6 +95,57 @@ def _ddp() -> str:
     return f"{res['backend']}, world {res['world']}, {res['steps']} steps, ratio {res['ratio']:.0f}x"
 
 
+def fsdp_step(steps: int = 3) -> dict:
+    """Inside a launched NCCL process: a small fully_shard model, FSDP2's own collectives
+    (compressor=None) against a second copy that milktea's own (int8) might change."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    from ..compressors import Quantize
+    from ..device import rank_device
+    from ..fsdp import compress
+    dev = rank_device(dist.get_backend())      # the GPU under NCCL (the CPU under gloo, to test this)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)             # fully_shard's mesh takes the current device
+    out = {}
+    for name, comp, weights in (("own", None, None), ("none", None, None), ("int8", Quantize(bits=8, chunk=256),
+                                                                           Quantize(bits=8, chunk=256))):
+        torch.manual_seed(0)
+        blocks = [torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU()) for _ in range(2)]
+        model = torch.nn.Sequential(*blocks, torch.nn.Linear(256, 10)).to(dev)
+        for block in blocks:
+            fully_shard(block)
+        fully_shard(model)
+        state = None if name == "own" else compress(model, comp, weights=weights)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        gen = torch.Generator(device=dev).manual_seed(1)
+        for _ in range(steps):
+            x = torch.randn(64, 256, device=dev, generator=gen)
+            y = torch.randint(0, 10, (64,), device=dev, generator=gen)
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        out[name] = torch.cat([p.detach().full_tensor().reshape(-1).float().cpu() for p in model.parameters()])
+        if state is not None:
+            out[name + "_steps"] = len(state.stats)
+            state.close()
+    return dict(backend=dist.get_backend(), same=bool(torch.equal(out["own"], out["none"])),
+                int8_diff=float((out["int8"] - out["own"]).abs().max()), steps=out["int8_steps"])
+
+
+def _fsdp() -> str:
+    from ..distributed import launch
+    if torch.cuda.device_count() < 2:
+        return "skipped: needs 2 GPUs (one NCCL rank per GPU; one rank alone sends nothing)"
+    res = launch(fsdp_step, 2, backend="nccl", timeout=180)
+    if res["backend"] != "nccl" or not res["same"] or res["steps"] < 3 or not res["int8_diff"] < 1:
+        raise AssertionError(f"expected NCCL, compressor=None equal to FSDP2 bit for bit and >= 3 steps, got {res}")
+    return (f"{res['backend']}: compressor=None == FSDP2 bit for bit; int8 gradients + weights, "
+            f"{res['steps']} steps, max |diff| to FSDP2 {res['int8_diff']:.1e}")
+
+
 def _notebook(name: str) -> str:
     import nbformat
     from nbclient import NotebookClient
@@ -119,7 +173,8 @@ def main(argv=None) -> int:
               "nothing in milktea depends on one")
         return 0
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, CUDA {torch.version.cuda}\n")
-    checks = [("kernels on CUDA", _kernels), ("simulator on CUDA", _simulator), ("DDP hook over NCCL", _ddp)]
+    checks = [("kernels on CUDA", _kernels), ("simulator on CUDA", _simulator), ("DDP hook over NCCL", _ddp),
+              ("FSDP2 compression over NCCL", _fsdp)]
     if not args.skip_notebooks:
         checks += [(f"notebook {n}", lambda n=n: _notebook(n)) for n in NOTEBOOKS]
     rows, failed = [], 0

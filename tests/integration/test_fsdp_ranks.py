@@ -79,3 +79,10 @@ def test_a_notebooks_run_reports_what_crossed_beside_the_cost_model(ranks):
     assert len(r.memory) == 2 and r.memory[1]["optimizer"] == 2 * r.memory[1]["params"]
     with pytest.raises(ValueError, match="pool has 2 ranks"):
         milktea.fsdp.run(None, workers=4, ranks=ranks(2))
+
+
+def test_the_gpu_benchs_fsdp_check_runs_on_two_gloo_ranks(ranks):
+    """`python -m milktea.bench gpu`'s FSDP2 check, on the CPU: what it runs over NCCL works."""
+    from milktea.bench.gpu import fsdp_step
+    res = ranks(2).run(fsdp_step, timeout=200)
+    assert res["backend"] == "gloo" and res["same"] and res["steps"] == 3 and 0 < res["int8_diff"] < 1e-2
