@@ -16,6 +16,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -60,10 +61,16 @@ def settings(a, ap):
         ap.error(str(e))
 
 
-def _stop_on_sigterm():
+def _stop_on_signals() -> tuple[dict, dict]:
+    """Ctrl-C and SIGTERM only note the signal; the main loop sees it and stops the run.
+    (A KeyboardInterrupt raised inside Thread.join can leave the thread's state wrong in
+    Python 3.11, and a later join then never returns.) Returns (what was seen, the handlers
+    before)."""
+    seen: dict = {}
+
     def handler(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    return signal.signal(signal.SIGTERM, handler)
+        seen.setdefault("signal", signum)
+    return seen, {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
 
 
 def main(a, ap, scheme, cfg) -> None:
@@ -72,7 +79,6 @@ def main(a, ap, scheme, cfg) -> None:
     from .lighthouse import LighthouseUnreachable
     ft, kills = settings(a, ap)
     if a.out is None:
-        import time
         a.out = os.path.join("results", "ft", time.strftime("run-%Y%m%d-%H%M%S") + f"-{os.getpid()}")
     try:
         require()
@@ -82,22 +88,28 @@ def main(a, ap, scheme, cfg) -> None:
                     lighthouse=a.lighthouse, timeout=a.timeout)
     except (ImportError, LighthouseUnreachable, TypeError, ValueError) as e:
         ap.error(str(e))
-    before = _stop_on_sigterm()
+    seen, before = _stop_on_signals()
     code = 0
     try:
         job.start()
         print(f"{scheme.label}: {len(job.ids)} replica groups on torchft; logs in {job.folder}", flush=True)
-        res = job.wait()
-    except KeyboardInterrupt as e:
-        job.stop()
-        print(f"stopped ({e or 'Ctrl-C'}): every process of the run has ended", file=sys.stderr)
-        code = 143 if "signal" in str(e) else 130
+        while not job.done() and "signal" not in seen:
+            time.sleep(0.1)
+        if "signal" in seen:
+            job.stop()
+            sig = seen["signal"]
+            print(f"stopped ({'Ctrl-C' if sig == signal.SIGINT else f'signal {sig}'}): every process of the "
+                  "run has ended", file=sys.stderr)
+            code = 130 if sig == signal.SIGINT else 143
+        else:
+            res = job.wait()
     except (FTError, TimeoutError) as e:
         job.stop()
         print(e, file=sys.stderr)
         code = 1
     finally:
-        signal.signal(signal.SIGTERM, before)
+        for s, handler in before.items():
+            signal.signal(s, handler)
     if code:
         raise SystemExit(code)
     _print(res)
