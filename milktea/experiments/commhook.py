@@ -342,3 +342,22 @@ def demo_sentence(out: dict) -> str:
                         "for the same gradients (largest difference {d:.1e}).").format(
             without=out[without_key], with_=out[with_key], d=out["accumulated gradients agree (max |diff|)"])
     return verdicts.tidy(text)
+
+
+def code_of(fn) -> str:
+    """`fn`'s source as a chapter prints it: dedented, without its docstring.
+
+        >>> print(code_of(code_of).splitlines()[0])
+        def code_of(fn) -> str:
+        >>> '"' * 3 in code_of(code_of)
+        False
+    """
+    import ast
+    import inspect
+    import textwrap
+    src = textwrap.dedent(inspect.getsource(fn))
+    lines, body = src.splitlines(), ast.parse(src).body[0].body
+    first = body[0] if body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        del lines[first.lineno - 1:first.end_lineno]
+    return "\n".join(lines)

@@ -117,7 +117,8 @@ def _is_prose(token: str, allow) -> bool:
     return False
 
 
-_CODE_LINE = re.compile(r"^\s*(?:def |class |return\b|import |from \S+ import |@|#)|^\s*[\w.\[\]'\"]+\s*=[^=]|"
+_CODE_LINE = re.compile(r"^\s*(?:def |class |return\b|import |from \S+ import |@|#|if |elif |else:|for |while |with |"
+                        r"try:|except\b|finally:|raise\b|yield\b|assert |pass$|break$|continue$)|^\s*[\w.\[\]'\", ]+\s*=[^=]|"
                         r"^\s*[\w.]+\(.*\)\s*(?:#.*)?$")
 
 
@@ -126,10 +127,11 @@ def _is_code(line: str) -> bool:
     if re.search(f"[{_CJK}]", line) or not _CODE_LINE.search(line):
         return False
     import ast
+    code = line.strip()
     try:
-        ast.parse(line.strip().removesuffix(":") + ("\n    pass" if line.rstrip().endswith(":") else ""))
-    except SyntaxError:
-        return line.lstrip().startswith(("def ", "class ", "#"))
+        ast.parse(code + "\n    pass" if code.endswith(":") else code)   # a block's first line, with a body
+    except SyntaxError:   # a clause that needs the block before it, a def with annotations cut short, ...
+        return code.startswith(("def ", "class ", "#", "elif ", "else:", "try:", "except", "finally:"))
     return True
 
 

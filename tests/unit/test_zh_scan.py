@@ -75,6 +75,12 @@ def test_printed_source_code_is_not_prose():
             "state = CompressionState(model, compressor, **options)\nmodel.register_comm_hook(state, _hook)\n")
     assert zh_scan.scan(_nb(_stdout(code))) == []
     assert [f.found for f in zh_scan.scan(_nb(_stdout("dense bytes    1204264\n")))] == ["dense bytes"]
+    method = ("    def hook(self, bucket):\n        if self.momentum is not None:\n            x = 1\n        else:\n"
+              "            buf, last = bucket.buffer(), bucket.is_last()\n        for p in ps:\n            try:\n"
+              "                pass\n            except ValueError as e:\n                raise\n")
+    assert zh_scan.scan(_nb(_stdout(method))) == []
+    assert [f.found for f in zh_scan.scan(_nb(_stdout("if the shop closes, for example\n")))] == \
+        ["if the shop closes", "for example"]
 
 
 def test_table_values_and_booleans_are_prose_too():
