@@ -67,7 +67,8 @@ def ddp_step(steps: int = 3) -> dict:
     from torch.nn.parallel import DistributedDataParallel as DDP
     from ..compressors import TopK
     from ..ddp import compress
-    dev = torch.device("cuda", torch.cuda.current_device())
+    from ..device import rank_device
+    dev = rank_device(dist.get_backend())      # this rank's GPU under NCCL, by the library's one rule
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).to(dev)
     model = DDP(net, device_ids=[dev.index])
