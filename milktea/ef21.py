@@ -69,32 +69,27 @@ class EF21(ErrorFeedback):
         return None if self.last is None else self.last - self.residual
 
     def compress(self, grad: torch.Tensor) -> Packet:
-        grad = check_grad(grad, "gradient", self.compressor.nonfinite)
-        with torch.no_grad():
-            g = grad.detach().to(self.ledger.dtype_for(grad.dtype))
-            if self.last is not None and self.last.shape != g.shape:
-                raise ValueError(f"this EF21 worker reported a {tuple(self.last.shape)} gradient before, got "
-                                 f"{tuple(g.shape)}: keep one EF21 per tensor, or reset() it")
-            change = g.clone() if self.last is None else g - self.last
-            packet = self.ledger.step(self.compressor, change)    # residual += change; send; cross out
-            self.last = g.clone()
-        self.steps += 1
-        return packet
+        return self._report(grad, self.ledger.step, "this EF21 worker reported a {} gradient before, got {}: "
+                            "keep one EF21 per tensor, or reset() it")
 
     def compress_rows(self, grads: torch.Tensor) -> list[Packet]:
         """`compress` for W workers at once (see ErrorFeedback.compress_rows): each row's
         change since its last report through the ledger's rows."""
+        return self._report(grads, self.ledger.step_rows, "these EF21 workers reported {} gradients before, got {}")
+
+    def _report(self, grads: torch.Tensor, step, mismatch: str):
+        """The change since the last report through `step` (the ledger's one write: residual
+        += change; send; cross out); the gradient is remembered as the new last report."""
         grads = check_grad(grads, "gradient", self.compressor.nonfinite)
         with torch.no_grad():
             g = grads.detach().to(self.ledger.dtype_for(grads.dtype))
             if self.last is not None and self.last.shape != g.shape:
-                raise ValueError(f"these EF21 workers reported {tuple(self.last.shape)} gradients before, got "
-                                 f"{tuple(g.shape)}")
+                raise ValueError(mismatch.format(tuple(self.last.shape), tuple(g.shape)))
             change = g.clone() if self.last is None else g - self.last
-            packets = self.ledger.step_rows(self.compressor, change)
+            sent = step(self.compressor, change)
             self.last = g.clone()
         self.steps += 1
-        return packets
+        return sent
 
     def reset(self) -> None:
         super().reset()
